@@ -1,0 +1,224 @@
+"""The Python API: what the CLI calls, and what applications import.
+
+No click and no SQL here: SQL lives in ``backends/``, rendering in ``cli.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from . import payloads
+from .backends import open_backend
+from .backends.base import Backend
+from .config import Config, QueueConfig, load_config, validate_queue_name, validate_table_name
+from .errors import ConfigError, InputRejected, PayloadTooLarge
+from .models import QueueStats
+
+# A batch is committed when it holds this many messages or this many bytes.
+BATCH_MESSAGES = 1000
+BATCH_BYTES = 4 << 20
+MAX_UNIQUE_KEY = 255
+
+
+def _check_options(priority: int, unique_key: str | None, delay: float) -> None:
+    if (
+        isinstance(priority, bool)
+        or not isinstance(priority, int)
+        or not -(2**31) <= priority < 2**31
+    ):
+        raise ConfigError(f"priority must be a whole number between {-(2**31)} and {2**31 - 1}")
+    if unique_key is not None and not 1 <= len(unique_key) <= MAX_UNIQUE_KEY:
+        raise ConfigError(f"a unique key is 1 to {MAX_UNIQUE_KEY} characters")
+    if delay < 0:
+        raise ConfigError("delay cannot be negative")
+
+
+class MQ:
+    """A connection to one queue table, opened lazily from a :class:`Config`."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self._backend: Backend | None = None
+
+    @property
+    def backend(self) -> Backend:
+        if self._backend is None:
+            self._backend = open_backend(self.config.database, self.config.table)
+        return self._backend
+
+    def close(self) -> None:
+        if self._backend is not None:
+            self._backend.close()
+            self._backend = None
+
+    def __enter__(self) -> MQ:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def queue(self, name: str) -> QueueConfig:
+        return self.config.queue(name)
+
+    # -- schema -----------------------------------------------------------
+
+    def init(self) -> None:
+        """Create the table(s) if missing; idempotent."""
+        backend = open_backend(self.config.database, self.config.table, create=True)
+        try:
+            backend.init_schema()
+        finally:
+            backend.close()
+
+    def ddl(self) -> list[str]:
+        """The DDL `init` runs, without connecting to anything."""
+        if self.config.database.kind == "sqlite":
+            from .backends.sqlite import ddl
+        else:
+            from .backends.mysql import ddl  # type: ignore[assignment]
+        return ddl(self.config.table)
+
+    # -- producing --------------------------------------------------------
+
+    def enqueue(
+        self,
+        queue: str,
+        payload: object,
+        *,
+        delay: float = 0.0,
+        priority: int = 0,
+        unique_key: str | None = None,
+    ) -> int | None:
+        """Store one message; its id, or None if ``unique_key`` is already taken."""
+        return self.enqueue_many(
+            queue, [payload], delay=delay, priority=priority, unique_key=unique_key
+        )[0]
+
+    def enqueue_many(
+        self,
+        queue: str,
+        values: Iterable[object],
+        *,
+        delay: float = 0.0,
+        priority: int = 0,
+        unique_key: str | None = None,
+    ) -> list[int | None]:
+        """Store many messages, encoded per the queue's format, in batched transactions."""
+        fmt = self.queue(queue).format
+        items = ((f"message {i}", payloads.encode(v, fmt)) for i, v in enumerate(values, 1))
+        ids: list[int | None] = []
+        for batch in self.enqueue_stream(
+            queue, items, delay=delay, priority=priority, unique_key=unique_key, validate=False
+        ):
+            ids.extend(batch)
+        return ids
+
+    def enqueue_stream(
+        self,
+        queue: str,
+        items: Iterable[tuple[str, bytes]],
+        *,
+        delay: float = 0.0,
+        priority: int = 0,
+        unique_key: str | None = None,
+        validate: bool = True,
+    ) -> Iterator[list[int | None]]:
+        """Store ``(label, payload)`` items in batches, yielding each batch's ids once committed.
+
+        At the first rejected item the messages before it are committed (and
+        yielded), then InputRejected names the item; nothing after it is stored.
+        """
+        fmt = self.queue(queue).format
+        _check_options(priority, unique_key, delay)
+        backend = self.backend
+        batch: list[bytes] = []
+        size = 0
+        stored = 0
+        try:
+            for label, data in items:
+                if not backend.payload_fits(data):
+                    raise PayloadTooLarge(
+                        f"{label} is {len(data)} bytes, more than the database accepts "
+                        f"in one message ({backend.max_payload} bytes)"
+                    )
+                if validate:
+                    try:
+                        payloads.check_payload(data, fmt)
+                    except ValueError as exc:
+                        raise InputRejected(f"{label}: {exc} (queue {queue!r} is {fmt})") from None
+                batch.append(data)
+                size += len(data)
+                if len(batch) >= BATCH_MESSAGES or size >= BATCH_BYTES:
+                    yield backend.enqueue(
+                        queue, batch, delay=delay, priority=priority, unique_key=unique_key
+                    )
+                    stored += len(batch)
+                    batch, size = [], 0
+        except InputRejected as exc:
+            if batch:
+                yield backend.enqueue(
+                    queue, batch, delay=delay, priority=priority, unique_key=unique_key
+                )
+                stored += len(batch)
+            raise type(exc)(f"{exc}\n{_stored_note(stored)}; nothing from there on") from None
+        if batch:
+            yield backend.enqueue(
+                queue, batch, delay=delay, priority=priority, unique_key=unique_key
+            )
+
+    # -- reading ----------------------------------------------------------
+
+    def stats(self, queue: str | None = None) -> dict[str, QueueStats]:
+        """Counts per queue: every configured queue, plus any other queue holding messages."""
+        if queue is not None:
+            validate_queue_name(queue)
+        found = self.backend.stats(queue, lambda name: self.queue(name).stalled_after)
+        names = [queue] if queue else sorted(set(found) | set(self.config.queues))
+        return {name: found.get(name, QueueStats()) for name in names}
+
+
+def _stored_note(count: int) -> str:
+    if count == 0:
+        return "nothing was stored"
+    return f"the {count} message(s) before it were stored (their ids are printed)"
+
+
+def connect(config: str | None = None, database: str | None = None) -> MQ:
+    """An :class:`MQ` for a config file (or the lookup order) and/or a database URL."""
+    return MQ(load_config(config, database))
+
+
+def enqueue(
+    queue: str,
+    payload: object,
+    *,
+    connection: Any,
+    table: str = "mq_messages",
+    format: str = "json",
+    delay: float = 0.0,
+    priority: int = 0,
+    unique_key: str | None = None,
+) -> int | None:
+    """Enqueue inside the caller's open PyMySQL or sqlite3 transaction.
+
+    mq neither commits nor rolls back: the message exists if and only if the
+    caller's transaction commits. The table must exist (`mq init`). Returns the
+    new id, or None if ``unique_key`` is already taken on this queue.
+    """
+    validate_queue_name(queue)
+    validate_table_name(table)
+    _check_options(priority, unique_key, delay)
+    data = payloads.encode(payload, format)
+    module = type(connection).__module__
+    if module.startswith("sqlite3"):
+        from .backends.sqlite import insert_in_transaction
+
+        return insert_in_transaction(connection, table, queue, data, delay, priority, unique_key)
+    if module.startswith("pymysql"):
+        from .backends.mysql import insert_in_transaction
+
+        return insert_in_transaction(connection, table, queue, data, delay, priority, unique_key)
+    raise ConfigError(
+        f"enqueue(connection=...) takes a PyMySQL or sqlite3 connection, not {type(connection).__name__}"
+    )

@@ -1,0 +1,22 @@
+"""Storage backends: one small interface (``base.Backend``), one module per database."""
+
+from __future__ import annotations
+
+from ..dburl import DatabaseSettings
+from .base import Backend
+
+
+def open_backend(settings: DatabaseSettings, table: str, *, create: bool | None = None) -> Backend:
+    """Connect to the database ``settings`` describe.
+
+    ``create``: make the schema if it is missing. Default: yes for SQLite (the
+    embedded default must work with zero setup), no for MySQL (`mq init` does it,
+    with a user allowed to create tables).
+    """
+    if settings.kind == "sqlite":
+        from .sqlite import SqliteBackend
+
+        return SqliteBackend(settings, table, create=True if create is None else create)
+    from .mysql import MysqlBackend
+
+    return MysqlBackend(settings, table, create=bool(create))

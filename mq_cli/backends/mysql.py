@@ -1,0 +1,390 @@
+"""MySQL/MariaDB backend through PyMySQL: version detection, error wrapping, retries."""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+import pymysql
+
+from ..dburl import DatabaseSettings
+from ..errors import (
+    ConnectionLost,
+    DatabaseError,
+    Deadlock,
+    PayloadTooLarge,
+    SchemaMissing,
+)
+from ..models import QueueStats
+from .base import SCHEMA_VERSION, Backend, load_queries
+
+T = TypeVar("T")
+
+ER_ACCESS_DENIED = 1045
+ER_BAD_DB = 1049
+ER_NO_SUCH_TABLE = 1146
+ER_LOCK_WAIT_TIMEOUT = 1205
+ER_LOCK_DEADLOCK = 1213
+ER_NET_PACKET_TOO_LARGE = 1153
+ER_DUP_ENTRY = 1062
+LOST = {2006, 2013, 2014, 2055, 0}  # gone away, lost during query, out of sync, lost, closed
+CANNOT_CONNECT = {2002, 2003, 2005}
+RETRYABLE = {ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT}
+_ESCAPED = (b"\0", b"\n", b"\r", b"\x1a", b"\\", b"'", b'"')
+
+
+def escaped_size(payload: bytes) -> int:
+    """Bytes the payload takes inside PyMySQL's SQL text (`_binary'...'`)."""
+    return len(payload) + sum(payload.count(c) for c in _ESCAPED) + 10
+
+
+def utc(moment: datetime | None) -> datetime | None:
+    return moment.replace(tzinfo=timezone.utc) if moment is not None else None
+
+
+def error_code(exc: BaseException) -> int | None:
+    args = getattr(exc, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def queries(table: str) -> dict[str, str]:
+    return {name: sql.replace("{table}", table) for name, sql in load_queries("mysql").items()}
+
+
+def ddl(table: str) -> list[str]:
+    sql = queries(table)
+    return [sql["create_table"], sql["create_meta"]]
+
+
+class ServerInfo:
+    """What the server supports, read once per connection."""
+
+    def __init__(self, version: str, max_packet: int, increment: int, lock_mode: int):
+        self.version_text = version
+        self.mariadb = "mariadb" in version.lower()
+        match = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
+        self.version = tuple(int(x) for x in match.groups()) if match else (0, 0, 0)
+        self.max_packet = max_packet
+        self.increment = increment
+        self.lock_mode = lock_mode
+
+    @property
+    def skip_locked(self) -> bool:
+        return self.version >= ((10, 6, 0) if self.mariadb else (8, 0, 1))
+
+    @property
+    def returning(self) -> bool:
+        return self.mariadb and self.version >= (10, 5, 0)
+
+
+class MysqlBackend(Backend):
+    kind = "mysql"
+
+    def __init__(self, settings: DatabaseSettings, table: str, *, create: bool = False):
+        self.settings = settings
+        self.table = table
+        self._sql = queries(table)
+        self.conn = self._connect()
+        if create and self.schema_version() is None:
+            self.init_schema()
+
+    # -- plumbing ---------------------------------------------------------
+
+    def _connect(self) -> pymysql.connections.Connection:
+        s = self.settings
+        options: dict[str, Any] = {
+            "user": s.user or "root",
+            "password": s.password or "",
+            "database": s.database,
+            "connect_timeout": s.connect_timeout,
+            "read_timeout": 120,
+            "write_timeout": 120,
+            "autocommit": True,
+            "charset": "utf8mb4",
+            # Claims under REPEATABLE READ lock rows they pass over (FIELD-NOTES, trap 2).
+            "init_command": "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        }
+        if s.unix_socket:
+            options["unix_socket"] = s.unix_socket
+        else:
+            options["host"] = s.host
+            options["port"] = s.port
+        if s.ssl:
+            import ssl
+
+            context = ssl.create_default_context(cafile=s.ssl_ca)
+            if not s.ssl_verify:
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+            options["ssl"] = context
+        else:
+            # PyMySQL otherwise probes TLS on every connect (FIELD-NOTES, trap 4).
+            options["ssl_disabled"] = True
+        try:
+            conn = pymysql.connect(**options)
+            with conn.cursor() as cursor:
+                cursor.execute(self._sql["server_info"])
+                row = cursor.fetchone()
+        except pymysql.MySQLError as exc:
+            raise self._wrap(exc, connecting=True) from exc
+        except OSError as exc:
+            raise DatabaseError(f"cannot connect to the database at {s.describe()}: {exc}") from exc
+        self.server = ServerInfo(str(row[0]), int(row[1]), int(row[2]), int(row[3]))
+        self.max_payload = self.server.max_packet - 1024
+        return conn
+
+    def reconnect(self) -> None:
+        try:
+            self.conn.close()
+        except pymysql.MySQLError:
+            pass
+        self.conn = self._connect()
+
+    def _wrap(self, exc: BaseException, connecting: bool = False) -> DatabaseError:
+        code = error_code(exc)
+        where = self.settings.describe()
+        text = exc.args[1] if len(exc.args) > 1 else str(exc)
+        if code == ER_ACCESS_DENIED:
+            return DatabaseError(
+                f"access denied at {where}: check the user and password in the config "
+                "(the password is not shown)"
+            )
+        if code == ER_BAD_DB:
+            return DatabaseError(f"database does not exist at {where}: create it first")
+        if code == ER_NO_SUCH_TABLE:
+            return SchemaMissing(
+                f"the queue table {self.table!r} is missing at {where}: run `mq init`"
+            )
+        if code in RETRYABLE:
+            return Deadlock(f"{where}: {text} (retries exhausted)")
+        if code == ER_NET_PACKET_TOO_LARGE:
+            return PayloadTooLarge(
+                f"{where}: a statement exceeded the server's max_allowed_packet: {text}"
+            )
+        if connecting or code in CANNOT_CONNECT:
+            return DatabaseError(f"cannot connect to the database at {where}: {text}")
+        if code in LOST or isinstance(exc, pymysql.err.InterfaceError):
+            return ConnectionLost(f"lost the connection to {where}: {text or 'connection closed'}")
+        return DatabaseError(f"{where}: {text}")
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except pymysql.MySQLError as exc:
+            raise self._wrap(exc) from exc
+        except OSError as exc:
+            raise ConnectionLost(
+                f"lost the connection to {self.settings.describe()}: {exc}"
+            ) from exc
+
+    def _transaction(self, body: Callable[[Any], T], retries: int = 8) -> T:
+        """Run ``body(cursor)`` in a transaction, retrying deadlocks and lock waits."""
+        for attempt in range(retries + 1):
+            try:
+                with self._errors():
+                    self.conn.begin()
+                    try:
+                        with self.conn.cursor() as cursor:
+                            result = body(cursor)
+                        self.conn.commit()
+                        return result
+                    except BaseException:
+                        try:
+                            self.conn.rollback()
+                        except (pymysql.MySQLError, OSError):
+                            pass
+                        raise
+            except Deadlock:
+                if attempt == retries:
+                    raise
+                # Jitter so that two drains that deadlocked do not collide again.
+                time.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except (pymysql.MySQLError, OSError):
+            pass
+
+    # -- schema -----------------------------------------------------------
+
+    def ddl(self) -> list[str]:
+        return ddl(self.table)
+
+    def init_schema(self) -> None:
+        with self._errors(), self.conn.cursor() as cursor:
+            for statement in self.ddl():
+                cursor.execute(statement)
+            cursor.execute(self._sql["write_version"], (str(SCHEMA_VERSION),))
+
+    def schema_version(self) -> int | None:
+        try:
+            with self.conn.cursor() as cursor:
+                cursor.execute(self._sql["schema_version"])
+                row = cursor.fetchone()
+        except pymysql.MySQLError as exc:
+            if error_code(exc) == ER_NO_SUCH_TABLE:
+                return None
+            raise self._wrap(exc) from exc
+        return int(row[0]) if row else None
+
+    # -- producing --------------------------------------------------------
+
+    def payload_fits(self, payload: bytes) -> bool:
+        return escaped_size(payload) + 512 <= self.server.max_packet
+
+    def check_sizes(self, payloads: Sequence[bytes], first_index: int = 1) -> None:
+        for index, payload in enumerate(payloads, first_index):
+            if not self.payload_fits(payload):
+                raise PayloadTooLarge(
+                    f"message {index} is {len(payload)} bytes, more than the server accepts "
+                    f"(max_allowed_packet = {self.server.max_packet}); nothing of it was stored"
+                )
+
+    def enqueue(
+        self,
+        queue: str,
+        payloads: Sequence[bytes],
+        *,
+        delay: float = 0.0,
+        priority: int = 0,
+        unique_key: str | None = None,
+    ) -> list[int | None]:
+        self.check_sizes(payloads)
+        micros = int(delay * 1_000_000)
+        if unique_key is not None:
+            return self._transaction(
+                lambda cursor: insert_rows(
+                    cursor, self._sql, queue, payloads, micros, priority, unique_key
+                )
+            )
+        return self._transaction(
+            lambda cursor: self._insert_many(cursor, queue, payloads, micros, priority)
+        )
+
+    def _insert_many(
+        self, cursor: Any, queue: str, payloads: Sequence[bytes], micros: int, priority: int
+    ) -> list[int | None]:
+        info = self.server
+        if not info.returning and info.lock_mode == 2:
+            # Interleaved auto-increment: a multi-row INSERT's ids may not be consecutive.
+            return insert_rows(cursor, self._sql, queue, payloads, micros, priority, None)
+        budget = min(info.max_packet // 2, 8 << 20)
+        ids: list[int | None] = []
+        chunk: list[bytes] = []
+        size = 0
+        for payload in payloads:
+            cost = escaped_size(payload) + 80
+            if chunk and (size + cost > budget or len(chunk) >= 1000):
+                ids += self._insert_chunk(cursor, queue, chunk, micros, priority)
+                chunk, size = [], 0
+            chunk.append(payload)
+            size += cost
+        if chunk:
+            ids += self._insert_chunk(cursor, queue, chunk, micros, priority)
+        return ids
+
+    def _insert_chunk(
+        self, cursor: Any, queue: str, chunk: list[bytes], micros: int, priority: int
+    ) -> list[int | None]:
+        values = ",".join([self._sql["insert_row"]] * len(chunk))
+        params: list[object] = []
+        for payload in chunk:
+            params += (queue, priority, micros, None, payload)
+        if self.server.returning:
+            cursor.execute(self._sql["insert_returning"].replace("{values}", values), params)
+            return [row[0] for row in cursor.fetchall()]
+        cursor.execute(self._sql["insert"].replace("{values}", values), params)
+        first = cursor.lastrowid
+        return [first + i * self.server.increment for i in range(len(chunk))]
+
+    # -- reading ----------------------------------------------------------
+
+    def stats(
+        self, queue: str | None, stalled_after: Callable[[str], float]
+    ) -> dict[str, QueueStats]:
+        sql = self._sql["stats"].replace("{queue_filter}", "AND queue = %s" if queue else "")
+        result: dict[str, QueueStats] = {}
+        with self._errors(), self.conn.cursor() as cursor:
+            cursor.execute(sql, (queue,) if queue else ())
+            for name, ready, delayed, processing, failed, oldest in cursor.fetchall():
+                stalled = 0
+                if processing:
+                    cursor.execute(
+                        self._sql["count_stalled"], (name, int(stalled_after(name) * 1_000_000))
+                    )
+                    stalled = int(cursor.fetchone()[0])
+                result[name] = QueueStats(
+                    ready=int(ready),
+                    delayed=int(delayed),
+                    processing=int(processing) - stalled,
+                    stalled=stalled,
+                    failed=int(failed),
+                    oldest_ready_seconds=max(float(oldest), 0.0) if oldest is not None else None,
+                )
+        return result
+
+
+def insert_rows(
+    cursor: Any,
+    sql: dict[str, str],
+    queue: str,
+    payloads: Sequence[bytes],
+    micros: int,
+    priority: int,
+    unique_key: str | None,
+) -> list[int | None]:
+    """One INSERT per message, inside the caller's transaction (ours or an application's)."""
+    statement = sql["insert"].replace("{values}", sql["insert_row"])
+    ids: list[int | None] = []
+    for payload in payloads:
+        if unique_key is not None:
+            cursor.execute(sql["purge_expired_key"], (queue, unique_key))
+        try:
+            cursor.execute(statement, (queue, priority, micros, unique_key, payload))
+        except pymysql.err.IntegrityError as exc:
+            if error_code(exc) != ER_DUP_ENTRY:
+                raise
+            ids.append(None)  # the key is taken: skipped, as documented
+        else:
+            ids.append(cursor.lastrowid)
+    return ids
+
+
+def insert_in_transaction(
+    conn: Any,
+    table: str,
+    queue: str,
+    payload: bytes,
+    delay: float,
+    priority: int,
+    unique_key: str | None,
+) -> int | None:
+    """One message inside an application's PyMySQL transaction (never committed here)."""
+    try:
+        with conn.cursor() as cursor:
+            if len(payload) > 1 << 20:
+                # Too large a packet makes the server drop the connection, and
+                # the application's transaction with it: check first.
+                cursor.execute("SELECT @@max_allowed_packet")
+                limit = int(cursor.fetchone()[0])
+                if escaped_size(payload) + 512 > limit:
+                    raise PayloadTooLarge(
+                        f"payload is {len(payload)} bytes, more than the server accepts "
+                        f"(max_allowed_packet = {limit})"
+                    )
+            ids = insert_rows(
+                cursor, queries(table), queue, [payload], int(delay * 1e6), priority, unique_key
+            )
+    except pymysql.MySQLError as exc:
+        if error_code(exc) == ER_NO_SUCH_TABLE:
+            raise SchemaMissing(f"the queue table {table!r} is missing: run `mq init`") from None
+        raise DatabaseError(f"MySQL: {exc.args[-1] if exc.args else exc}") from exc
+    return ids[0]

@@ -1,0 +1,75 @@
+-- Every statement mq sends to MySQL/MariaDB. `{table}` is the validated table
+-- name; `{ids}` and `{values}` are lists of placeholders built by the backend.
+-- All times are the server's UTC clock (UTC_TIMESTAMP), never the host's.
+
+-- name: create_table
+CREATE TABLE IF NOT EXISTS `{table}` (
+  id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+  queue VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  status VARCHAR(10) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT 'ready',
+  priority INT NOT NULL DEFAULT 0,
+  available_at DATETIME(6) NOT NULL,
+  created_at DATETIME(6) NOT NULL,
+  heartbeat_at DATETIME(6) NULL,
+  owner VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NULL,
+  error_count INT NOT NULL DEFAULT 0,
+  last_error TEXT NULL,
+  unique_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+  payload LONGBLOB NOT NULL,
+  PRIMARY KEY (id),
+  -- The claim's WHERE and ORDER BY follow this index exactly, so a claim reads
+  -- and locks only the rows it takes (see FIELD-NOTES, trap 1).
+  KEY `{table}_claim` (queue, status, priority DESC, available_at, id),
+  UNIQUE KEY `{table}_unique` (queue, unique_key)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
+
+-- name: create_meta
+CREATE TABLE IF NOT EXISTS `{table}_meta` (
+  name VARCHAR(64) CHARACTER SET ascii NOT NULL PRIMARY KEY,
+  value VARCHAR(255) NOT NULL
+) ENGINE=InnoDB
+
+-- name: write_version
+INSERT IGNORE INTO `{table}_meta` (name, value) VALUES ('schema_version', %s)
+
+-- name: schema_version
+SELECT value FROM `{table}_meta` WHERE name = 'schema_version'
+
+-- name: server_info
+SELECT VERSION(), @@max_allowed_packet, @@auto_increment_increment, @@innodb_autoinc_lock_mode
+
+-- name: insert_returning
+-- MariaDB >= 10.5: the new ids come back in the order of the rows.
+INSERT INTO `{table}` (queue, priority, available_at, created_at, unique_key, payload)
+VALUES {values} RETURNING id
+
+-- name: insert
+INSERT INTO `{table}` (queue, priority, available_at, created_at, unique_key, payload)
+VALUES {values}
+
+-- name: insert_row
+(%s, %s, TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6)), UTC_TIMESTAMP(6), %s, %s)
+
+-- name: purge_expired_key
+-- A unique key whose tombstone has expired may be used again.
+DELETE FROM `{table}`
+WHERE queue = %s AND unique_key = %s AND status = 'done' AND available_at <= UTC_TIMESTAMP(6)
+
+-- name: stats
+SELECT queue,
+       SUM(status = 'ready' AND available_at <= UTC_TIMESTAMP(6)),
+       SUM(status = 'ready' AND available_at > UTC_TIMESTAMP(6)),
+       SUM(status = 'processing'),
+       SUM(status = 'failed'),
+       TIMESTAMPDIFF(MICROSECOND,
+           MIN(CASE WHEN status = 'ready' AND available_at <= UTC_TIMESTAMP(6) THEN available_at END),
+           UTC_TIMESTAMP(6)) / 1000000.0
+FROM `{table}`
+WHERE status IN ('ready', 'processing', 'failed') {queue_filter}
+GROUP BY queue
+ORDER BY queue
+
+-- name: count_stalled
+SELECT COUNT(*) FROM `{table}`
+WHERE queue = %s AND status = 'processing'
+  AND heartbeat_at < TIMESTAMPADD(MICROSECOND, -%s, UTC_TIMESTAMP(6))

@@ -1,0 +1,230 @@
+"""SQLite backend: one file, WAL mode, a long busy timeout, tiny write transactions."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+
+from ..dburl import DatabaseSettings
+from ..errors import DatabaseError, SchemaMissing
+from ..models import QueueStats
+from .base import SCHEMA_VERSION, Backend, load_queries
+
+# Two writer processes on one file are served unfairly (FIELD-NOTES, trap 5): a
+# claim may wait seconds for its turn. Only a long busy timeout keeps
+# "database is locked" from reaching the user.
+BUSY_TIMEOUT = 60.0
+# Parameters per statement: 32766 since SQLite 3.32, 999 before.
+_MAX_VARIABLES = 32766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999
+_NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+
+
+def offset(seconds: float) -> str:
+    """A strftime modifier moving 'now' by ``seconds``."""
+    return f"{seconds:+.3f} seconds"
+
+
+def parse_time(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
+
+
+def queries(table: str) -> dict[str, str]:
+    return {
+        name: sql.replace("{table}", table).replace("{now}", _NOW)
+        for name, sql in load_queries("sqlite").items()
+    }
+
+
+def ddl(table: str) -> list[str]:
+    sql = queries(table)
+    return [
+        sql[n] for n in ("create_table", "create_claim_index", "create_unique_index", "create_meta")
+    ]
+
+
+class SqliteBackend(Backend):
+    kind = "sqlite"
+    max_payload = 1_000_000_000 - 1024
+
+    def __init__(self, settings: DatabaseSettings, table: str, *, create: bool = True):
+        assert settings.path
+        self.settings = settings
+        self.table = table
+        self.path = settings.path
+        self._sql = queries(table)
+        if create:
+            directory = os.path.dirname(os.path.abspath(self.path))
+            try:
+                os.makedirs(directory, exist_ok=True)
+            except OSError as exc:
+                raise DatabaseError(
+                    f"cannot create the directory for {self.path}: {exc.strerror}"
+                ) from None
+        elif not os.path.exists(self.path):
+            raise SchemaMissing(f"{self.path} does not exist: run `mq init` first")
+        with self._errors():
+            self.conn = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
+            )
+            self.conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
+            if self.conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                self.conn.execute("PRAGMA journal_mode = WAL")
+            self.conn.execute("PRAGMA synchronous = NORMAL")
+        if create and self.schema_version() is None:
+            self.init_schema()
+
+    # -- plumbing ---------------------------------------------------------
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            text = str(exc)
+            if "no such table" in text:
+                raise SchemaMissing(
+                    f"the queue table {self.table!r} is missing in {self.path}: run `mq init`"
+                ) from None
+            raise DatabaseError(f"SQLite database {self.path}: {text}") from exc
+        except sqlite3.DatabaseError as exc:
+            raise DatabaseError(f"SQLite database {self.path}: {exc}") from exc
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction that takes the lock up front (no upgrade deadlocks)."""
+        with self._errors():
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.conn
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- schema -----------------------------------------------------------
+
+    def ddl(self) -> list[str]:
+        return ddl(self.table)
+
+    def init_schema(self) -> None:
+        with self._write() as conn:
+            for statement in self.ddl():
+                conn.execute(statement)
+            conn.execute(self._sql["write_version"], (str(SCHEMA_VERSION),))
+
+    def schema_version(self) -> int | None:
+        try:
+            row = self.conn.execute(self._sql["schema_version"]).fetchone()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return None
+            raise DatabaseError(f"SQLite database {self.path}: {exc}") from exc
+        return int(row[0]) if row else None
+
+    # -- producing --------------------------------------------------------
+
+    def enqueue(
+        self,
+        queue: str,
+        payloads: Sequence[bytes],
+        *,
+        delay: float = 0.0,
+        priority: int = 0,
+        unique_key: str | None = None,
+    ) -> list[int | None]:
+        with self._write() as conn:
+            return insert_messages(conn, self._sql, queue, payloads, delay, priority, unique_key)
+
+    # -- reading ----------------------------------------------------------
+
+    def stats(
+        self, queue: str | None, stalled_after: Callable[[str], float]
+    ) -> dict[str, QueueStats]:
+        sql = self._sql["stats"].replace("{queue_filter}", "AND queue = ?" if queue else "")
+        with self._errors():
+            rows = self.conn.execute(sql, (queue,) if queue else ()).fetchall()
+            result: dict[str, QueueStats] = {}
+            for name, ready, delayed, processing, failed, oldest in rows:
+                stalled = 0
+                if processing:
+                    stalled = self.conn.execute(
+                        self._sql["count_stalled"], (name, offset(-stalled_after(name)))
+                    ).fetchone()[0]
+                result[name] = QueueStats(
+                    ready=ready,
+                    delayed=delayed,
+                    processing=processing - stalled,
+                    stalled=stalled,
+                    failed=failed,
+                    oldest_ready_seconds=max(oldest, 0.0) if oldest is not None else None,
+                )
+            return result
+
+
+def insert_messages(
+    conn: sqlite3.Connection,
+    sql: dict[str, str],
+    queue: str,
+    payloads: Sequence[bytes],
+    delay: float,
+    priority: int,
+    unique_key: str | None,
+) -> list[int | None]:
+    """Insert inside the caller's transaction (ours, or an application's)."""
+    when = offset(delay)
+    if unique_key is not None:
+        ids: list[int | None] = []
+        for payload in payloads:
+            conn.execute(sql["purge_expired_key"], (queue, unique_key))
+            try:
+                cursor = conn.execute(
+                    sql["insert"].replace("{values}", sql["insert_row"]),
+                    (queue, priority, when, unique_key, payload),
+                )
+            except sqlite3.IntegrityError:
+                ids.append(None)  # the key is taken: skipped, as documented
+            else:
+                ids.append(cursor.lastrowid)
+        return ids
+    result: list[int | None] = []
+    per_statement = max(1, min(1000, _MAX_VARIABLES // 5))
+    for start in range(0, len(payloads), per_statement):
+        chunk = payloads[start : start + per_statement]
+        values = ",".join([sql["insert_row"]] * len(chunk))
+        params: list[object] = []
+        for payload in chunk:
+            params += (queue, priority, when, None, payload)
+        cursor = conn.execute(sql["insert"].replace("{values}", values), params)
+        last = cursor.lastrowid
+        assert last is not None
+        # One statement under the write lock: AUTOINCREMENT ids are consecutive.
+        result.extend(range(last - len(chunk) + 1, last + 1))
+    return result
+
+
+def insert_in_transaction(
+    conn: sqlite3.Connection,
+    table: str,
+    queue: str,
+    payload: bytes,
+    delay: float,
+    priority: int,
+    unique_key: str | None,
+) -> int | None:
+    """One message inside an application's sqlite3 transaction (never committed here)."""
+    try:
+        return insert_messages(conn, queries(table), queue, [payload], delay, priority, unique_key)[
+            0
+        ]
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            raise SchemaMissing(f"the queue table {table!r} is missing: run `mq init`") from None
+        raise DatabaseError(f"SQLite: {exc}") from exc

@@ -1,0 +1,307 @@
+"""The `mq` command: parse flags, call the API, render text or JSON, map errors to exit codes.
+
+Only this module imports click. Each command is a short call into ``api``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from . import __version__
+from .durations import format_duration, parse_duration
+from .errors import MqError
+
+log = logging.getLogger("mq")
+
+
+class State:
+    """What the global options say; the config and connection are made on first use."""
+
+    def __init__(self, config: str | None, database: str | None, verbose: int):
+        self.config_path = config
+        self.database_url = database
+        self.verbose = verbose
+        self._mq: Any = None
+
+    @property
+    def mq(self) -> Any:
+        if self._mq is None:
+            from .api import MQ
+            from .config import load_config
+
+            config = load_config(self.config_path, self.database_url)
+            for warning in config.warnings:
+                log.warning(warning)
+            self._mq = MQ(config)
+        return self._mq
+
+    def close(self) -> None:
+        if self._mq is not None:
+            self._mq.close()
+
+
+class MqGroup(click.Group):
+    """Turns mq's own errors into one or two lines on stderr and the documented exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except MqError as exc:
+            self._report(ctx, exc, str(exc))
+            ctx.exit(exc.exit_code)
+        except BrokenPipeError:
+            # Output piped into `head` and friends: stop quietly.
+            sys.stderr.close()
+            ctx.exit(0)
+        except Exception as exc:  # a bug in mq: say so, without a traceback unless -v
+            self._report(
+                ctx, exc, f"internal error: {type(exc).__name__}: {exc} (run with -v for details)"
+            )
+            ctx.exit(1)
+        finally:
+            state = ctx.find_object(State)
+            if state is not None:
+                state.close()
+
+    @staticmethod
+    def _report(ctx: click.Context, exc: BaseException, text: str) -> None:
+        state = ctx.find_object(State)
+        if state is not None and state.verbose:
+            traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+        for line in text.splitlines() or [""]:
+            click.echo(f"mq: {line}", err=True)
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def queue_option(required: bool = False, multiple: bool = False) -> Callable[[Any], Any]:
+    return click.option(
+        "-q",
+        "--queue",
+        "queues" if multiple else "queue",
+        required=required,
+        multiple=multiple,
+        metavar="QUEUE",
+        help="The queue" + (" (repeat for several)." if multiple else "."),
+    )
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+@click.group(cls=MqGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "-c", "--config", envvar="MQ_CONFIG", metavar="PATH",
+    help="Config file (env MQ_CONFIG). Default: ./mq.yaml, $XDG_CONFIG_HOME/mq/config.yaml, "
+    "/etc/mq/config.yaml, else built-in defaults.",
+)  # fmt: skip
+@click.option(
+    "-d", "--database", envvar="MQ_DATABASE_URL", metavar="URL",
+    help="Database URL (env MQ_DATABASE_URL), overriding the config's: mysql://user:pw@host/db "
+    "or sqlite:////abs/path.db",
+)  # fmt: skip
+@click.option(
+    "-v", "--verbose", count=True, help="Log more (repeat for debug); tracebacks on errors."
+)
+@click.version_option(__version__, "--version", prog_name="mq", message="%(prog)s %(version)s")
+@click.pass_context
+def cli(ctx: click.Context, config: str | None, database: str | None, verbose: int) -> None:
+    """mq: a message queue in your database, drained by cron. No daemon.
+
+    \b
+    Producers:  echo '{"id": 1}' | mq enqueue -q thumbnails
+    Cron:       * * * * *  /opt/mq/bin/mq drain -q thumbnails --max-seconds 55
+    Operators:  mq stats; mq gc --stalled; mq gc --errors
+
+    Exit codes: 0 done; 1 a check found something or input was rejected;
+    2 usage or configuration error; 3 the database could not be reached.
+    """
+    logging.basicConfig(
+        level=logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING,
+        format="mq: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+    ctx.obj = State(config, database, verbose)
+
+
+pass_state = click.make_pass_decorator(State)
+
+
+# -- init -------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--print-sql", is_flag=True, help="Print the DDL and touch nothing.")
+@pass_state
+def init(state: State, print_sql: bool) -> None:
+    """Create the queue table(s); safe to run again.
+
+    \b
+    Example:  mq -d mysql://admin@db1/app init
+              mq init --print-sql > schema.sql
+    """
+    if print_sql:
+        for statement in state.mq.ddl():
+            click.echo(statement + ";\n")
+        return
+    state.mq.init()
+    config = state.mq.config
+    click.echo(f"schema ready: table {config.table} in {config.database.describe()}")
+
+
+# -- enqueue ----------------------------------------------------------------
+
+
+@cli.command()
+@queue_option(required=True)
+@click.argument("payloads", nargs=-1, metavar="[PAYLOAD]...")
+@click.option("-l", "--lines", is_flag=True, help="Read stdin: each non-blank line is one message.")
+@click.option(
+    "-0", "--null", is_flag=True, help="Read stdin: NUL-separated messages (find -print0)."
+)
+@click.option(
+    "--delay", callback=_duration, metavar="DURATION", help="Ready only after this (30s, 5m, 1h)."
+)
+@click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
+@click.option(
+    "--unique-key", metavar="KEY", help="Skip if the queue still holds a message with KEY."
+)
+@click.option("--silent", is_flag=True, help="Do not print the new ids.")
+@pass_state
+def enqueue(
+    state: State,
+    queue: str,
+    payloads: tuple[str, ...],
+    lines: bool,
+    null: bool,
+    delay: float | None,
+    priority: int,
+    unique_key: str | None,
+    silent: bool,
+) -> None:
+    """Add messages to a queue; print each new id on its own line.
+
+    Each PAYLOAD argument is one message. With none, stdin is read: all of it
+    as one message, or one per line (--lines), or NUL-separated (-0). A json
+    queue (the default format) rejects invalid JSON: mq stops at the first bad
+    item, keeps what it stored before it, names it (line N) and exits 1.
+
+    \b
+    Examples:
+      mq enqueue -q mail '{"to": "ann@example.com"}'
+      jq -c '.[]' jobs.json | mq enqueue -q thumbnails --lines
+      mq enqueue -q report --delay 1h --unique-key daily-2026-11-20 '{}'
+    """
+    from . import inputs
+    from .config import validate_queue_name
+    from .errors import ConfigError
+
+    validate_queue_name(queue)
+    if lines and null:
+        raise click.UsageError("--lines and --null exclude each other")
+    if payloads and (lines or null):
+        raise click.UsageError("--lines/--null read stdin: give no PAYLOAD arguments with them")
+    stdin = sys.stdin.buffer
+    if not payloads and stdin.isatty():
+        raise click.UsageError("give PAYLOAD arguments, or pipe messages into stdin")
+    mq = state.mq
+    if payloads:
+        # One bad argument rejects them all: check every one before storing any.
+        from .payloads import check_payload
+
+        fmt = mq.queue(queue).format
+        items = [(f"argument {i}", os.fsencode(p)) for i, p in enumerate(payloads, 1)]
+        for label, data in items:
+            try:
+                check_payload(data, fmt)
+            except ValueError as exc:
+                raise ConfigError(
+                    f"{label}: {exc} (queue {queue!r} is {fmt}); nothing was stored"
+                ) from None
+        source: Any = items
+    else:
+        limit = mq.backend.max_payload
+        split = inputs.lines if lines else inputs.nul_separated if null else inputs.whole
+        source = split(stdin, limit)
+    out = sys.stdout
+    skipped = 0
+    for ids in mq.enqueue_stream(
+        queue, source, delay=delay or 0.0, priority=priority, unique_key=unique_key
+    ):
+        skipped += ids.count(None)
+        if not silent:
+            text = "".join(f"{i}\n" for i in ids if i is not None)
+            if text:
+                out.write(text)
+                out.flush()
+    if skipped:
+        log.warning(
+            "skipped %d message(s): queue %r already holds unique key %r",
+            skipped,
+            queue,
+            unique_key,
+        )
+
+
+# -- stats ------------------------------------------------------------------
+
+
+@cli.command()
+@queue_option()
+@json_option
+@pass_state
+def stats(state: State, queue: str | None, as_json: bool) -> None:
+    """Counts per queue: ready, delayed, processing, stalled, failed, oldest ready age.
+
+    \b
+    Example:  mq stats
+              mq stats -q thumbnails --json
+    """
+    result = state.mq.stats(queue)
+    if as_json:
+        click.echo(json.dumps({name: s.to_json() for name, s in result.items()}))
+        return
+    if not result:
+        click.echo("no queues configured and no messages stored")
+        return
+    headers = ["QUEUE", "READY", "DELAYED", "PROCESSING", "STALLED", "FAILED", "OLDEST READY"]
+    rows = [
+        [name, s.ready, s.delayed, s.processing, s.stalled, s.failed,
+         format_duration(s.oldest_ready_seconds)]
+        for name, s in result.items()
+    ]  # fmt: skip
+    click.echo(_table(headers, rows))
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    cells = [headers] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = []
+    for row in cells:
+        parts = [row[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
+        ]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def main() -> None:
+    cli(prog_name="mq")

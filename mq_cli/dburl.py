@@ -1,0 +1,107 @@
+"""Database settings: parsed from a URL or from the config's ``database:`` mapping.
+
+A password is kept only in ``DatabaseSettings.password`` (hidden from repr) and
+is never part of ``describe()``, which is what messages and logs show.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from .errors import ConfigError
+
+MYSQL_SCHEMES = ("mysql", "mariadb", "mysql+pymysql")
+
+
+@dataclass(frozen=True)
+class DatabaseSettings:
+    kind: str  # "mysql" or "sqlite"
+    path: str | None = None  # sqlite file
+    host: str = "127.0.0.1"
+    port: int = 3306
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    database: str | None = None
+    unix_socket: str | None = None
+    ssl_ca: str | None = None
+    ssl_verify: bool = True
+    ssl: bool = False
+    connect_timeout: float = 10.0
+
+    def describe(self) -> str:
+        """Where the database is, for messages; never includes the password."""
+        if self.kind == "sqlite":
+            return f"sqlite:{self.path}"
+        where = self.unix_socket or f"{self.host}:{self.port}"
+        who = f"{self.user}@" if self.user else ""
+        return f"mysql://{who}{where}/{self.database or ''}"
+
+
+def default_sqlite_path() -> str:
+    data_home = os.environ.get("XDG_DATA_HOME") or os.path.join(Path.home(), ".local", "share")
+    return os.path.join(data_home, "mq", "mq.db")
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by ``***``, for error messages."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(":" + parts.password + "@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+def parse_database_url(url: str) -> DatabaseSettings:
+    """Settings for a ``mysql://`` / ``mariadb://`` / ``sqlite://`` URL."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"bad database URL {redact_url(url)!r}: {exc}") from None
+    scheme = parts.scheme.lower()
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    if scheme == "sqlite":
+        # sqlite:///rel.db -> "rel.db"; sqlite:////abs.db -> "/abs.db" (SQLAlchemy's rule)
+        path = url.split(":///", 1)[1] if ":///" in url else ""
+        path = path.split("?", 1)[0]
+        if not path:
+            raise ConfigError(
+                f"bad database URL {url!r}: give a file, e.g. sqlite:////var/lib/mq/mq.db "
+                "(absolute) or sqlite:///mq.db (relative)"
+            )
+        return DatabaseSettings(kind="sqlite", path=unquote(path))
+    if scheme in MYSQL_SCHEMES:
+        database = unquote(parts.path.lstrip("/")) or None
+        if not database:
+            raise ConfigError(
+                f"bad database URL {redact_url(url)!r}: name the database, "
+                "e.g. mysql://user:password@host:3306/dbname"
+            )
+        unknown = set(query) - {"unix_socket", "ssl_ca", "ssl_verify", "connect_timeout"}
+        if unknown:
+            raise ConfigError(
+                f"bad database URL {redact_url(url)!r}: unknown option(s) {', '.join(sorted(unknown))}"
+            )
+        ssl_ca = query.get("ssl_ca")
+        return DatabaseSettings(
+            kind="mysql",
+            host=parts.hostname or "127.0.0.1",
+            port=port or 3306,
+            user=unquote(parts.username) if parts.username else None,
+            password=unquote(parts.password) if parts.password is not None else None,
+            database=database,
+            unix_socket=query.get("unix_socket"),
+            ssl=ssl_ca is not None,
+            ssl_ca=ssl_ca,
+            ssl_verify=query.get("ssl_verify", "true").lower() not in ("0", "false", "no"),
+            connect_timeout=float(query.get("connect_timeout", 10)),
+        )
+    raise ConfigError(
+        f"unsupported database URL {redact_url(url)!r}: use mysql://, mariadb:// or sqlite://"
+    )

@@ -1,0 +1,39 @@
+"""Durations as the config and the CLI write them: ``30``, ``500ms``, ``30s``, ``5m``, ``1h``, ``2d``."""
+
+from __future__ import annotations
+
+import re
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+
+
+def parse_duration(value: object) -> float:
+    """Seconds for ``value``; raises ValueError with a readable reason."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration such as 30s, 5m or 1h, got {value!r}")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError(f"a duration cannot be negative, got {value}")
+        return float(value)
+    if isinstance(value, str):
+        match = _PATTERN.match(value)
+        if match:
+            return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    raise ValueError(
+        f"expected a duration such as 30 (seconds), 500ms, 30s, 5m, 1h or 2d, got {value!r}"
+    )
+
+
+def format_duration(seconds: float | None) -> str:
+    """A short human form: ``45s``, ``12m``, ``3h5m``, ``2d4h``."""
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{seconds:.1f}s" if seconds < 10 else f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s" if s % 60 else f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"

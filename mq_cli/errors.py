@@ -1,0 +1,51 @@
+"""Every error mq raises on purpose, each with the exit code the CLI gives it.
+
+The CLI prints ``str(error)`` (one or two lines: what went wrong, what to do)
+and exits with ``error.exit_code``. Messages never contain a password.
+"""
+
+from __future__ import annotations
+
+
+class MqError(Exception):
+    """Base class of every error mq raises on purpose."""
+
+    exit_code = 1
+
+
+class InputRejected(MqError):
+    """Part of the input (a payload, a line of stdin) was rejected."""
+
+    exit_code = 1
+
+
+class PayloadTooLarge(InputRejected):
+    """A payload is larger than the database accepts in one statement."""
+
+
+class ConfigError(MqError):
+    """Bad configuration or usage; nothing was changed."""
+
+    exit_code = 2
+
+
+class HandlerNotFound(ConfigError):
+    """A handler path could not be imported or resolved."""
+
+
+class DatabaseError(MqError):
+    """The database could not be reached or refused the operation."""
+
+    exit_code = 3
+
+
+class SchemaMissing(DatabaseError):
+    """The queue table does not exist (run `mq init`)."""
+
+
+class Deadlock(DatabaseError):
+    """A deadlock or lock-wait timeout that survived its retries."""
+
+
+class ConnectionLost(DatabaseError):
+    """The connection dropped mid-operation; the outcome of that operation is unknown."""

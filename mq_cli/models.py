@@ -1,0 +1,92 @@
+"""Plain data the API returns: messages, counts and reports."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+STATUSES = ("ready", "processing", "failed")
+
+
+def iso(moment: datetime | None) -> str | None:
+    """ISO 8601 UTC with a Z, as every --json output writes times."""
+    if moment is None:
+        return None
+    return moment.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class Message:
+    id: int
+    queue: str
+    status: str
+    priority: int
+    error_count: int
+    created_at: datetime
+    available_at: datetime
+    payload: bytes | None = None
+    unique_key: str | None = None
+    last_error: str | None = None
+    owner: str | None = None
+    heartbeat_at: datetime | None = None
+
+    def to_json(self, with_payload: bool = False) -> dict[str, object]:
+        data: dict[str, object] = {
+            "id": self.id,
+            "queue": self.queue,
+            "status": self.status,
+            "priority": self.priority,
+            "error_count": self.error_count,
+            "created_at": iso(self.created_at),
+            "available_at": iso(self.available_at),
+            "unique_key": self.unique_key,
+            "owner": self.owner,
+            "heartbeat_at": iso(self.heartbeat_at),
+        }
+        if with_payload:
+            data["last_error"] = self.last_error
+            payload = self.payload or b""
+            try:
+                data["payload"] = payload.decode("utf-8")
+            except UnicodeDecodeError:
+                data["payload"] = base64.b64encode(payload).decode("ascii")
+                data["payload_encoding"] = "base64"
+        return data
+
+
+@dataclass
+class QueueStats:
+    ready: int = 0
+    delayed: int = 0
+    processing: int = 0
+    stalled: int = 0
+    failed: int = 0
+    oldest_ready_seconds: float | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "ready": self.ready,
+            "delayed": self.delayed,
+            "processing": self.processing,
+            "stalled": self.stalled,
+            "failed": self.failed,
+            "oldest_ready_seconds": (
+                None if self.oldest_ready_seconds is None else round(self.oldest_ready_seconds, 3)
+            ),
+        }
+
+
+@dataclass
+class EnqueueResult:
+    """What one enqueue call stored: ids in input order, None where a unique key skipped it."""
+
+    ids: list[int | None] = field(default_factory=list)
+
+    @property
+    def stored(self) -> int:
+        return sum(1 for i in self.ids if i is not None)
+
+    @property
+    def skipped(self) -> int:
+        return sum(1 for i in self.ids if i is None)

@@ -1,0 +1,67 @@
+"""Turning input into stored payload bytes and back, per the queue's ``format``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .errors import InputRejected
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def check_payload(data: bytes, fmt: str) -> None:
+    """Raise ValueError when ``data`` is not a valid payload of format ``fmt``."""
+    if fmt == "bytes":
+        return
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 text (byte {exc.start})") from None
+    if fmt == "json":
+        if not text.strip():
+            raise ValueError("invalid JSON: empty")
+        try:
+            json.loads(text, parse_constant=_no_constants)
+        except ValueError as exc:
+            raise ValueError(f"invalid JSON: {exc}") from None
+
+
+def encode(value: object, fmt: str) -> bytes:
+    """Stored bytes for a value given to the Python API.
+
+    ``bytes`` are stored as they are (and must be valid for the format); for a
+    json queue any other value is serialised with ``json.dumps``; a text queue
+    takes ``str``.
+    """
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        data = bytes(value)
+    elif fmt == "json":
+        try:
+            data = json.dumps(
+                value, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+            ).encode()
+        except (TypeError, ValueError) as exc:
+            raise InputRejected(f"payload cannot be stored as JSON: {exc}") from None
+    elif isinstance(value, str):
+        data = value.encode("utf-8")
+    else:
+        raise InputRejected(
+            f"a {fmt} queue takes str or bytes payloads, not {type(value).__name__}"
+        )
+    try:
+        check_payload(data, fmt)
+    except ValueError as exc:
+        raise InputRejected(f"payload rejected: {exc}") from None
+    return data
+
+
+def decode(data: bytes, fmt: str) -> object:
+    """What a Python handler receives for a stored payload."""
+    if fmt == "json":
+        return json.loads(data)
+    if fmt == "text":
+        return data.decode("utf-8")
+    return data

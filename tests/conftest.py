@@ -1,0 +1,135 @@
+"""Fixtures: a real SQLite file and a real MariaDB/MySQL database per test.
+
+MariaDB comes from MQ_TEST_MYSQL_URL (default mysql://root@127.0.0.1:3306/test).
+Each test gets its own database on that server, dropped afterwards, so runs
+never collide. Under CI=true an unreachable server fails the tests instead of
+skipping them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from mq_cli.cli import cli
+from mq_cli.dburl import parse_database_url
+
+MYSQL_URL = os.environ.get("MQ_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _mysql_admin():
+    import pymysql
+
+    s = parse_database_url(MYSQL_URL)
+    return pymysql.connect(
+        host=s.host,
+        port=s.port,
+        user=s.user or "root",
+        password=s.password or "",
+        unix_socket=s.unix_socket,
+        autocommit=True,
+        connect_timeout=5,
+        ssl_disabled=True,
+    )
+
+
+_mysql_problem: str | None = None
+try:
+    _mysql_admin().close()
+except Exception as exc:  # noqa: BLE001 - any failure means: no server for the tests
+    _mysql_problem = f"MariaDB at {MYSQL_URL} unreachable: {exc}"
+
+
+@dataclass
+class Db:
+    """One test's database: its URL and how to run the CLI against it."""
+
+    kind: str
+    url: str
+    tmp: Path
+
+    def run(self, *args: str, input: str | bytes | None = None, env: dict | None = None):
+        runner = CliRunner()
+        full_env = {"MQ_CONFIG": None, "MQ_DATABASE_URL": self.url}
+        full_env.update(env or {})
+        return runner.invoke(cli, list(args), input=input, env=full_env, catch_exceptions=False)
+
+    def sql(self, statement: str, params: tuple = ()) -> list[tuple]:
+        """Run SQL directly, to check what is really stored."""
+        if self.kind == "sqlite":
+            import sqlite3
+
+            conn = sqlite3.connect(self.url.split(":///", 1)[1], isolation_level=None)
+            try:
+                return conn.execute(statement.replace("%s", "?"), params).fetchall()
+            finally:
+                conn.close()
+        import pymysql
+
+        s = parse_database_url(self.url)
+        conn = pymysql.connect(
+            host=s.host, port=s.port, user=s.user or "root", password=s.password or "",
+            database=s.database, autocommit=True, ssl_disabled=True,
+        )  # fmt: skip
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(statement, params)
+                return list(cursor.fetchall())
+        finally:
+            conn.close()
+
+
+def _mysql_database(tmp_path: Path) -> Iterator[Db]:
+    if _mysql_problem:
+        if IN_CI:
+            pytest.fail(_mysql_problem + " (CI=true: MariaDB tests must run)")
+        pytest.skip(_mysql_problem)
+    name = "mqt_" + uuid.uuid4().hex[:12]
+    admin = _mysql_admin()
+    with admin.cursor() as cursor:
+        cursor.execute(f"CREATE DATABASE `{name}`")
+    url = re.sub(r"/[^/?]*(\?|$)", f"/{name}\\1", MYSQL_URL.split("://", 1)[1], count=1)
+    try:
+        yield Db("mysql", MYSQL_URL.split("://", 1)[0] + "://" + url, tmp_path)
+    finally:
+        with admin.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        admin.close()
+
+
+@pytest.fixture(params=["sqlite", "mysql"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Db]:
+    """Each test twice: on a fresh SQLite file and on a fresh MariaDB database."""
+    if request.param == "sqlite":
+        yield Db("sqlite", f"sqlite:///{tmp_path}/mq.db", tmp_path)
+    else:
+        yield from _mysql_database(tmp_path)
+
+
+@pytest.fixture
+def mysql_db(tmp_path: Path) -> Iterator[Db]:
+    yield from _mysql_database(tmp_path)
+
+
+@pytest.fixture
+def sqlite_db(tmp_path: Path) -> Db:
+    return Db("sqlite", f"sqlite:///{tmp_path}/mq.db", tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test reads the developer's config or writes their data directory."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "xdg-runtime-missing"))
+    monkeypatch.delenv("MQ_CONFIG", raising=False)
+    monkeypatch.delenv("MQ_DATABASE_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
