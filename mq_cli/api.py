@@ -12,6 +12,8 @@ from . import payloads
 from .backends import open_backend
 from .backends.base import Backend
 from .config import Config, QueueConfig, load_config, validate_queue_name, validate_table_name
+from .drain_types import DrainOptions, DrainReport
+from .durations import parse_duration
 from .errors import ConfigError, InputRejected, PayloadTooLarge
 from .models import QueueStats
 
@@ -30,8 +32,10 @@ def _check_options(priority: int, unique_key: str | None, delay: float) -> None:
         raise ConfigError(f"priority must be a whole number between {-(2**31)} and {2**31 - 1}")
     if unique_key is not None and not 1 <= len(unique_key) <= MAX_UNIQUE_KEY:
         raise ConfigError(f"a unique key is 1 to {MAX_UNIQUE_KEY} characters")
-    if delay < 0:
-        raise ConfigError("delay cannot be negative")
+    try:
+        parse_duration(delay)
+    except ValueError as exc:
+        raise ConfigError(f"delay: {exc}") from None
 
 
 class MQ:
@@ -166,6 +170,21 @@ class MQ:
             yield backend.enqueue(
                 queue, batch, delay=delay, priority=priority, unique_key=unique_key
             )
+
+    # -- consuming --------------------------------------------------------
+
+    def drain(self, options: DrainOptions | None = None, **kwargs: Any) -> DrainReport:
+        """Run handlers on ready messages until empty or a limit; see :class:`DrainOptions`.
+
+        ``mq.drain(queues=["mail"], max_seconds=55)`` is the same as the crontab line
+        ``mq drain -q mail --max-seconds 55``.
+        """
+        from .drain import Drain
+
+        options = options or DrainOptions(**kwargs)
+        for name in options.queues:
+            validate_queue_name(name)
+        return Drain(self.config, lambda: self.backend, options).run()
 
     # -- reading ----------------------------------------------------------
 

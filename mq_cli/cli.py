@@ -212,7 +212,7 @@ def enqueue(
     """
     from . import inputs
     from .config import validate_queue_name
-    from .errors import ConfigError
+    from .errors import InputRejected
 
     validate_queue_name(queue)
     if lines and null:
@@ -233,7 +233,7 @@ def enqueue(
             try:
                 check_payload(data, fmt)
             except ValueError as exc:
-                raise ConfigError(
+                raise InputRejected(
                     f"{label}: {exc} (queue {queue!r} is {fmt}); nothing was stored"
                 ) from None
         source: Any = items
@@ -259,6 +259,82 @@ def enqueue(
             queue,
             unique_key,
         )
+
+
+# -- drain ------------------------------------------------------------------
+
+
+@cli.command()
+@queue_option(multiple=True)
+@click.option("--handler", metavar="PATH", help="Handler for the queue(s), overriding the config.")
+@click.option(
+    "--max-messages", type=click.IntRange(min=1), metavar="N", help="Stop after N messages."
+)
+@click.option(
+    "--max-seconds", callback=_duration, metavar="S", help="Start no message after S seconds."
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 10_000),
+    metavar="N",
+    help="Messages claimed per transaction.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 256),
+    metavar="N",
+    help="Drains of a queue allowed at once on this host.",
+)
+@click.option("--wait", is_flag=True, help="When empty, keep polling until --max-seconds.")
+@json_option
+@pass_state
+def drain(
+    state: State,
+    queues: tuple[str, ...],
+    handler: str | None,
+    max_messages: int | None,
+    max_seconds: float | None,
+    batch_size: int | None,
+    concurrency: int | None,
+    wait: bool,
+    as_json: bool,
+) -> None:
+    """Run the handler on ready messages; the command for crontab.
+
+    With no -q, every configured queue in turn. Exits 0 at once, silently, when
+    all of a queue's slots on this host are busy. Runs until no ready message
+    is left, or --max-messages / --max-seconds (both count the whole run); with
+    --wait it keeps polling until --max-seconds. SIGTERM/SIGINT: the running
+    handler finishes, unstarted messages go back to ready, exit 0.
+    Silent on success (cron mails any output); failures go to stderr.
+
+    \b
+    Example (crontab):
+      * * * * *  /opt/mq/bin/mq drain -q thumbnails --max-seconds 55
+    Example (one-off):
+      mq drain -q demo --handler 'exec:cat' --max-messages 10
+    """
+    from .drain_types import DrainOptions
+
+    report = state.mq.drain(
+        DrainOptions(
+            queues=list(queues),
+            handler=handler,
+            max_messages=max_messages,
+            max_seconds=max_seconds,
+            batch_size=batch_size,
+            concurrency=concurrency,
+            wait=wait,
+        )
+    )
+    if as_json:
+        click.echo(json.dumps(report.to_json()))
+    else:
+        log.info(
+            "drained %d message(s): %d succeeded, %d failed, %d returned in %.1fs",
+            report.succeeded + report.failed, report.succeeded, report.failed,
+            report.returned, report.seconds,
+        )  # fmt: skip
 
 
 # -- stats ------------------------------------------------------------------

@@ -12,6 +12,7 @@ import stat
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     import yaml
@@ -20,10 +21,11 @@ if TYPE_CHECKING:
 from .dburl import DatabaseSettings, default_sqlite_path, parse_database_url
 from .durations import parse_duration
 from .errors import ConfigError
+from .payloads import FORMATS
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
-SQL_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-FORMATS = ("json", "text", "bytes")
+# 57, not 64: MySQL caps identifiers at 64 and mq names the index `<table>_unique`.
+SQL_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,56}$")
 
 
 @dataclass(frozen=True)
@@ -115,15 +117,17 @@ class Config:
 
 
 def validate_queue_name(name: str) -> str:
-    if not QUEUE_NAME.match(name or ""):
+    # fullmatch, not match: `$` also matches before a trailing newline ("abc\n").
+    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
         raise ConfigError(f"invalid queue name {name!r}: use 1-64 characters of A-Z a-z 0-9 _ . -")
     return name
 
 
 def validate_table_name(name: object, where: str = "table") -> str:
-    if not isinstance(name, str) or not SQL_IDENTIFIER.match(name):
+    # fullmatch: the name is pasted into SQL, so a trailing newline must not slip through.
+    if not isinstance(name, str) or not SQL_IDENTIFIER.fullmatch(name):
         raise ConfigError(
-            f"{where}: invalid table name {name!r}: use a letter or _ then up to 63 of "
+            f"{where}: invalid table name {name!r}: use a letter or _ then up to 56 of "
             "A-Z a-z 0-9 _"
         )
     return name
@@ -165,7 +169,9 @@ class _Located:
 
     def where(self, path: tuple[str, ...]) -> str:
         key = ".".join(path)
-        line = self.lines.get(path)
+        # A missing key (database.database) has no line: name the mapping that lacks it.
+        lines = (self.lines.get(path[:n]) for n in range(len(path), 0, -1))
+        line = next((n for n in lines if n), None)
         return f"{self.source}, line {line}: {key}" if line else f"{self.source}: {key}"
 
     def error(self, path: tuple[str, ...], message: str) -> ConfigError:
@@ -201,7 +207,12 @@ def _read_yaml(path: str) -> tuple[dict[str, Any], _Located]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         line = f", line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}{line}: invalid YAML: {exc.problem}") from None
+        # An unclosed bracket or quote is noticed lines later (even past the
+        # end); the context mark says where the construct started.
+        started = ""
+        if exc.context and exc.context_mark and (not mark or exc.context_mark.line != mark.line):
+            started = f" ({exc.context}, started on line {exc.context_mark.line + 1})"
+        raise ConfigError(f"{path}{line}: invalid YAML: {exc.problem}{started}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
     if node is None:
@@ -273,8 +284,9 @@ def _database_settings(raw: Any, doc: _Located) -> DatabaseSettings:
                 raise doc.error((*path, key), "expected a string")
             changes[key] = raw[key]
     if "port" in raw:
-        if isinstance(raw["port"], bool) or not isinstance(raw["port"], int):
-            raise doc.error((*path, "port"), "expected a port number")
+        port = raw["port"]
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise doc.error((*path, "port"), "expected a port number (1-65535)")
         changes["port"] = raw["port"]
     if "connect_timeout" in raw:
         try:
@@ -282,7 +294,11 @@ def _database_settings(raw: Any, doc: _Located) -> DatabaseSettings:
         except ValueError as exc:
             raise doc.error((*path, "connect_timeout"), str(exc)) from None
     if "password" in raw:
-        changes["password"] = str(raw["password"])
+        # YAML turns an unquoted 0123 into 83 and yes into True: str() of that
+        # would be a wrong password that fails far from its cause.
+        if not isinstance(raw["password"], str):
+            raise doc.error((*path, "password"), "expected a string: put the password in quotes")
+        changes["password"] = raw["password"]
     elif "password_file" in raw:
         changes["password"] = _read_secret_file(
             str(raw["password_file"]), doc.where((*path, "password_file"))
@@ -302,19 +318,34 @@ def _database_settings(raw: Any, doc: _Located) -> DatabaseSettings:
             for key in ssl:
                 if key not in ("ca", "verify"):
                     raise doc.error((*path, "ssl", key), "unknown key (valid: ca, verify)")
+            verify = ssl.get("verify", True)
+            if not isinstance(verify, bool):  # bool("no") would be True
+                raise doc.error((*path, "ssl", "verify"), "expected true or false")
+            ca = ssl.get("ca")
+            if ca is not None and not (isinstance(ca, str) and os.path.isfile(ca)):
+                raise doc.error((*path, "ssl", "ca"), f"CA file {ca!r} not found")
             changes["ssl"] = True
-            changes["ssl_ca"] = str(ssl["ca"]) if "ca" in ssl else None
-            changes["ssl_verify"] = bool(ssl.get("verify", True))
+            changes["ssl_ca"] = ca
+            changes["ssl_verify"] = verify
         else:
             raise doc.error((*path, "ssl"), "expected true, false or a mapping {ca, verify}")
     return replace(settings, **changes)
 
 
+def _url_has_password(url: object) -> bool:
+    # Not a ':' test: mysql://db1:3306/app has a port, not a password.
+    try:
+        return isinstance(url, str) and urlsplit(url).password is not None
+    except ValueError:
+        return False
+
+
 def _world_readable_warning(path: str, data: dict[str, Any]) -> tuple[str, ...]:
     database = data.get("database")
-    holds_password = (isinstance(database, dict) and "password" in database) or (
-        isinstance(database, str) and ":" in database.split("@")[0].split("//")[-1]
-    )
+    if isinstance(database, dict):
+        holds_password = "password" in database or _url_has_password(database.get("url"))
+    else:
+        holds_password = _url_has_password(database)
     try:
         mode = os.stat(path).st_mode
     except OSError:
@@ -357,7 +388,7 @@ def load_config(config_path: str | None = None, database_url: str | None = None)
         raise doc.error(("queues",), "expected a mapping of queue name to settings")
     queues: dict[str, QueueConfig] = {}
     for name, raw in raw_queues.items():
-        if not QUEUE_NAME.match(name):
+        if not QUEUE_NAME.fullmatch(name):
             raise doc.error(
                 ("queues", name), "invalid queue name: use 1-64 characters of A-Z a-z 0-9 _ . -"
             )

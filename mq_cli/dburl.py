@@ -46,15 +46,16 @@ def default_sqlite_path() -> str:
 
 
 def redact_url(url: str) -> str:
-    """The URL with any password replaced by ``***``, for error messages."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable URL>"
-    if parts.password is None:
+    """The URL with anything that may be a password replaced by ``***``, for error messages."""
+    # Not urlsplit: a malformed URL ("root:pw@host/db", no scheme) is exactly
+    # the one that ends up in an error message, and urlsplit finds no password in it.
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    userinfo, at, host = rest.rpartition("@")
+    if not at or ":" not in userinfo:
         return url
-    netloc = parts.netloc.replace(":" + parts.password + "@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
+    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{host}"
 
 
 def parse_database_url(url: str) -> DatabaseSettings:
@@ -89,6 +90,16 @@ def parse_database_url(url: str) -> DatabaseSettings:
                 f"bad database URL {redact_url(url)!r}: unknown option(s) {', '.join(sorted(unknown))}"
             )
         ssl_ca = query.get("ssl_ca")
+        if ssl_ca is not None and not os.path.isfile(ssl_ca):
+            raise ConfigError(f"bad database URL {redact_url(url)!r}: CA file {ssl_ca} not found")
+        try:
+            connect_timeout = float(query.get("connect_timeout", 10))
+        except ValueError:
+            connect_timeout = -1.0
+        if not 0 < connect_timeout < 3600:
+            raise ConfigError(
+                f"bad database URL {redact_url(url)!r}: connect_timeout is seconds, e.g. 10"
+            )
         return DatabaseSettings(
             kind="mysql",
             host=parts.hostname or "127.0.0.1",
@@ -100,7 +111,7 @@ def parse_database_url(url: str) -> DatabaseSettings:
             ssl=ssl_ca is not None,
             ssl_ca=ssl_ca,
             ssl_verify=query.get("ssl_verify", "true").lower() not in ("0", "false", "no"),
-            connect_timeout=float(query.get("connect_timeout", 10)),
+            connect_timeout=connect_timeout,
         )
     raise ConfigError(
         f"unsupported database URL {redact_url(url)!r}: use mysql://, mariadb:// or sqlite://"

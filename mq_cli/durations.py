@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+# Far past any sensible delay or timeout, and far inside what DATETIME and
+# SQLite's date functions can add to now (else the insert fails as a database error).
+_MAX_SECONDS = 36500 * 86400.0
+
+
+def _bounded(seconds: float, value: object) -> float:
+    # YAML reads .nan and .inf as floats; nan fails every comparison, so test for it.
+    if not math.isfinite(seconds) or seconds > _MAX_SECONDS:
+        raise ValueError(f"expected a duration of at most 36500d (100 years), got {value!r}")
+    return seconds
 
 
 def parse_duration(value: object) -> float:
@@ -15,11 +26,15 @@ def parse_duration(value: object) -> float:
     if isinstance(value, (int, float)):
         if value < 0:
             raise ValueError(f"a duration cannot be negative, got {value}")
-        return float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int beyond any float
+            seconds = math.inf
+        return _bounded(seconds, value)
     if isinstance(value, str):
-        match = _PATTERN.match(value)
+        match = _PATTERN.fullmatch(value)
         if match:
-            return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+            return _bounded(float(match.group(1)) * _UNITS[match.group(2) or "s"], value)
     raise ValueError(
         f"expected a duration such as 30 (seconds), 500ms, 30s, 5m, 1h or 2d, got {value!r}"
     )

@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .errors import InputRejected
+from .errors import ConfigError, InputRejected
+
+FORMATS = ("json", "text", "bytes")
+
+
+def _known(fmt: str) -> None:
+    # The API takes format= from the caller: a typo ("jsn") must not silently mean "text".
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown payload format {fmt!r}: use one of {', '.join(FORMATS)}")
 
 
 def _no_constants(name: str) -> Any:
@@ -14,6 +22,7 @@ def _no_constants(name: str) -> Any:
 
 def check_payload(data: bytes, fmt: str) -> None:
     """Raise ValueError when ``data`` is not a valid payload of format ``fmt``."""
+    _known(fmt)
     if fmt == "bytes":
         return
     try:
@@ -36,6 +45,7 @@ def encode(value: object, fmt: str) -> bytes:
     json queue any other value is serialised with ``json.dumps``; a text queue
     takes ``str``.
     """
+    _known(fmt)
     if isinstance(value, (bytes, bytearray, memoryview)):
         data = bytes(value)
     elif fmt == "json":

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -21,6 +24,7 @@ from click.testing import CliRunner
 from mq_cli.cli import cli
 from mq_cli.dburl import parse_database_url
 
+REPO = str(Path(__file__).resolve().parent.parent)
 MYSQL_URL = os.environ.get("MQ_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -61,6 +65,23 @@ class Db:
         full_env = {"MQ_CONFIG": None, "MQ_DATABASE_URL": self.url}
         full_env.update(env or {})
         return runner.invoke(cli, list(args), input=input, env=full_env, catch_exceptions=False)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """Environment for a real `mq` process against this database."""
+        env = {k: v for k, v in os.environ.items() if k not in ("MQ_CONFIG",)}
+        env["MQ_DATABASE_URL"] = self.url
+        env["PYTHONPATH"] = os.pathsep.join([REPO, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env.update(extra)
+        return env
+
+    def spawn(self, *args: str, **popen: Any) -> subprocess.Popen:
+        """Start `python -m mq_cli ARGS` as a real process (cwd: the test's directory)."""
+        popen.setdefault("stdout", subprocess.PIPE)
+        popen.setdefault("stderr", subprocess.PIPE)
+        env = popen.pop("env", None) or self.env()
+        return subprocess.Popen(
+            [sys.executable, "-m", "mq_cli", *args], cwd=self.tmp, env=env, **popen
+        )
 
     def sql(self, statement: str, params: tuple = ()) -> list[tuple]:
         """Run SQL directly, to check what is really stored."""
@@ -109,13 +130,23 @@ def _mysql_database(tmp_path: Path) -> Iterator[Db]:
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Db]:
     """Each test twice: on a fresh SQLite file and on a fresh MariaDB database."""
     if request.param == "sqlite":
-        yield Db("sqlite", f"sqlite:///{tmp_path}/mq.db", tmp_path)
+        database = Db("sqlite", f"sqlite:///{tmp_path}/mq.db", tmp_path)
+        _init(database)
+        yield database
     else:
-        yield from _mysql_database(tmp_path)
+        for database in _mysql_database(tmp_path):
+            _init(database)
+            yield database
+
+
+def _init(database: Db) -> None:
+    result = database.run("init")
+    assert result.exit_code == 0, result.output
 
 
 @pytest.fixture
 def mysql_db(tmp_path: Path) -> Iterator[Db]:
+    """A fresh, empty MariaDB database (no schema yet)."""
     yield from _mysql_database(tmp_path)
 
 

@@ -11,17 +11,20 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 import pymysql
+import pymysql.cursors
 
 from ..dburl import DatabaseSettings
 from ..errors import (
+    ConfigError,
     ConnectionLost,
     DatabaseError,
     Deadlock,
+    MqError,
     PayloadTooLarge,
     SchemaMissing,
 )
-from ..models import QueueStats
-from .base import SCHEMA_VERSION, Backend, load_queries
+from ..models import Message, QueueStats
+from .base import SCHEMA_VERSION, Backend, load_queries, placeholders
 
 T = TypeVar("T")
 
@@ -45,6 +48,11 @@ def escaped_size(payload: bytes) -> int:
 
 def utc(moment: datetime | None) -> datetime | None:
     return moment.replace(tzinfo=timezone.utc) if moment is not None else None
+
+
+def _text(value: bytes | str | None) -> str | None:
+    """unique_key is stored as bytes (no collation, no padding): back to text."""
+    return value.decode("utf-8") if isinstance(value, (bytes, bytearray)) else value
 
 
 def error_code(exc: BaseException) -> int | None:
@@ -87,6 +95,8 @@ class MysqlBackend(Backend):
 
     def __init__(self, settings: DatabaseSettings, table: str, *, create: bool = False):
         self.settings = settings
+        #: claim with plain FOR UPDATE even where SKIP LOCKED exists (tests force the old path)
+        self.force_locking_claim = False
         self.table = table
         self._sql = queries(table)
         self.conn = self._connect()
@@ -117,7 +127,10 @@ class MysqlBackend(Backend):
         if s.ssl:
             import ssl
 
-            context = ssl.create_default_context(cafile=s.ssl_ca)
+            try:
+                context = ssl.create_default_context(cafile=s.ssl_ca)
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigError(f"database ssl: cannot use CA file {s.ssl_ca}: {exc}") from None
             if not s.ssl_verify:
                 context.check_hostname = False
                 context.verify_mode = ssl.CERT_NONE
@@ -145,7 +158,7 @@ class MysqlBackend(Backend):
             pass
         self.conn = self._connect()
 
-    def _wrap(self, exc: BaseException, connecting: bool = False) -> DatabaseError:
+    def _wrap(self, exc: BaseException, connecting: bool = False) -> MqError:
         code = error_code(exc)
         where = self.settings.describe()
         text = exc.args[1] if len(exc.args) > 1 else str(exc)
@@ -305,6 +318,83 @@ class MysqlBackend(Backend):
         first = cursor.lastrowid
         return [first + i * self.server.increment for i in range(len(chunk))]
 
+    # -- draining ---------------------------------------------------------
+
+    def claim(self, queue: str, limit: int, owner: str) -> list[Message]:
+        skip_locked = self.server.skip_locked and not self.force_locking_claim
+        select = self._sql["claim_select" if skip_locked else "claim_select_locking"]
+
+        def body(cursor: Any) -> list[Any]:
+            cursor.execute(select, (queue, limit))
+            rows = cursor.fetchall()
+            if rows:
+                mark = self._sql["claim_mark"].replace("{ids}", placeholders(len(rows), "%s"))
+                cursor.execute(mark, (owner, *[row[0] for row in rows]))
+            return list(rows)
+
+        return [
+            Message(
+                id=row[0],
+                queue=row[1],
+                status="processing",
+                priority=row[2],
+                error_count=row[3],
+                created_at=utc(row[4]),  # type: ignore[arg-type]
+                available_at=utc(row[5]),  # type: ignore[arg-type]
+                unique_key=row[6],
+                payload=bytes(row[7]),
+                owner=owner,
+            )  # fmt: skip
+            for row in self._transaction(body)
+        ]
+
+    def _change(self, sql: str, params: Sequence[object], retries: int = 8) -> int:
+        """One autocommitted statement; deadlocks and lock waits are retried."""
+        for attempt in range(retries + 1):
+            try:
+                with self._errors(), self.conn.cursor() as cursor:
+                    return int(cursor.execute(sql, params))
+            except Deadlock:
+                if attempt == retries:
+                    raise
+                time.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def ack_success(self, message: Message, owner: str, retention: float = 0.0) -> bool:
+        if retention > 0 and message.unique_key is not None:
+            params = (int(retention * 1e6), message.id, owner)
+            return self._change(self._sql["ack_tombstone"], params) == 1
+        return self._change(self._sql["ack_delete"], (message.id, owner)) == 1
+
+    def ack_success_many(self, ids: Sequence[int], owner: str) -> int:
+        sql = self._sql["ack_delete_many"].replace("{ids}", placeholders(len(ids), "%s"))
+        return self._change(sql, (*ids, owner))
+
+    def ack_failure(
+        self, message: Message, owner: str, error: str, retry_in: float, failed: bool
+    ) -> bool:
+        params = ("failed" if failed else "ready", error, int(retry_in * 1e6), message.id, owner)
+        return self._change(self._sql["ack_failure"], params) == 1
+
+    def heartbeat(self, ids: Sequence[int], owner: str) -> int:
+        sql = self._sql["heartbeat"].replace("{ids}", placeholders(len(ids), "%s"))
+        return self._change(sql, (*ids, owner)) if ids else 0
+
+    def release(self, ids: Sequence[int], owner: str) -> int:
+        sql = self._sql["release"].replace("{ids}", placeholders(len(ids), "%s"))
+        return self._change(sql, (*ids, owner)) if ids else 0
+
+    def purge_tombstones(self, queue: str) -> int:
+        return self._change(self._sql["purge_tombstones"], (queue,))
+
+    def explain_claim(self, queue: str, limit: int) -> list[str]:
+        with self._errors(), self.conn.cursor(pymysql.cursors.DictCursor) as cursor:
+            cursor.execute(self._sql["explain_claim"], (queue, limit))
+            return [
+                " ".join(f"{k}={v}" for k, v in row.items() if v is not None)
+                for row in cursor.fetchall()
+            ]
+
     # -- reading ----------------------------------------------------------
 
     def stats(
@@ -320,7 +410,7 @@ class MysqlBackend(Backend):
                     cursor.execute(
                         self._sql["count_stalled"], (name, int(stalled_after(name) * 1_000_000))
                     )
-                    stalled = int(cursor.fetchone()[0])
+                    stalled = int((cursor.fetchone() or (0,))[0])
                 result[name] = QueueStats(
                     ready=int(ready),
                     delayed=int(delayed),
@@ -369,12 +459,14 @@ def insert_in_transaction(
 ) -> int | None:
     """One message inside an application's PyMySQL transaction (never committed here)."""
     try:
-        with conn.cursor() as cursor:
+        # A plain cursor whatever cursorclass the application chose (rows as tuples).
+        with conn.cursor(pymysql.cursors.Cursor) as cursor:
             if len(payload) > 1 << 20:
                 # Too large a packet makes the server drop the connection, and
                 # the application's transaction with it: check first.
                 cursor.execute("SELECT @@max_allowed_packet")
-                limit = int(cursor.fetchone()[0])
+                row = cursor.fetchone()
+                limit = int(row[0]) if row else 0
                 if escaped_size(payload) + 512 > limit:
                     raise PayloadTooLarge(
                         f"payload is {len(payload)} bytes, more than the server accepts "

@@ -10,8 +10,8 @@ from datetime import datetime, timezone
 
 from ..dburl import DatabaseSettings
 from ..errors import DatabaseError, SchemaMissing
-from ..models import QueueStats
-from .base import SCHEMA_VERSION, Backend, load_queries
+from ..models import Message, QueueStats
+from .base import SCHEMA_VERSION, Backend, load_queries, placeholders
 
 # Two writer processes on one file are served unfairly (FIELD-NOTES, trap 5): a
 # claim may wait seconds for its turn. Only a long busy timeout keeps
@@ -142,6 +142,68 @@ class SqliteBackend(Backend):
     ) -> list[int | None]:
         with self._write() as conn:
             return insert_messages(conn, self._sql, queue, payloads, delay, priority, unique_key)
+
+    # -- draining ---------------------------------------------------------
+
+    def claim(self, queue: str, limit: int, owner: str) -> list[Message]:
+        with self._write() as conn:
+            rows = conn.execute(self._sql["claim_select"], (queue, limit)).fetchall()
+            if rows:
+                conn.execute(
+                    self._sql["claim_mark"].replace("{ids}", placeholders(len(rows), "?")),
+                    (owner, *[row[0] for row in rows]),
+                )
+        return [
+            Message(
+                id=row[0],
+                queue=row[1],
+                status="processing",
+                priority=row[2],
+                error_count=row[3],
+                created_at=parse_time(row[4]),  # type: ignore[arg-type]
+                available_at=parse_time(row[5]),  # type: ignore[arg-type]
+                unique_key=row[6],
+                payload=bytes(row[7]),
+                owner=owner,
+            )  # fmt: skip
+            for row in rows
+        ]
+
+    def _change(self, sql: str, params: Sequence[object]) -> int:
+        with self._errors():
+            return self.conn.execute(sql, params).rowcount
+
+    def ack_success(self, message: Message, owner: str, retention: float = 0.0) -> bool:
+        if retention > 0 and message.unique_key is not None:
+            sql, params = self._sql["ack_tombstone"], (offset(retention), message.id, owner)
+            return self._change(sql, params) == 1
+        return self._change(self._sql["ack_delete"], (message.id, owner)) == 1
+
+    def ack_success_many(self, ids: Sequence[int], owner: str) -> int:
+        sql = self._sql["ack_delete_many"].replace("{ids}", placeholders(len(ids), "?"))
+        return self._change(sql, (*ids, owner))
+
+    def ack_failure(
+        self, message: Message, owner: str, error: str, retry_in: float, failed: bool
+    ) -> bool:
+        params = ("failed" if failed else "ready", error, offset(retry_in), message.id, owner)
+        return self._change(self._sql["ack_failure"], params) == 1
+
+    def heartbeat(self, ids: Sequence[int], owner: str) -> int:
+        sql = self._sql["heartbeat"].replace("{ids}", placeholders(len(ids), "?"))
+        return self._change(sql, (*ids, owner)) if ids else 0
+
+    def release(self, ids: Sequence[int], owner: str) -> int:
+        sql = self._sql["release"].replace("{ids}", placeholders(len(ids), "?"))
+        return self._change(sql, (*ids, owner)) if ids else 0
+
+    def purge_tombstones(self, queue: str) -> int:
+        return self._change(self._sql["purge_tombstones"], (queue,))
+
+    def explain_claim(self, queue: str, limit: int) -> list[str]:
+        with self._errors():
+            rows = self.conn.execute(self._sql["explain_claim"], (queue, limit)).fetchall()
+        return [str(row[-1]) for row in rows]
 
     # -- reading ----------------------------------------------------------
 

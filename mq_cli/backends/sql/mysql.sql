@@ -14,7 +14,8 @@ CREATE TABLE IF NOT EXISTS `{table}` (
   owner VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NULL,
   error_count INT NOT NULL DEFAULT 0,
   last_error TEXT NULL,
-  unique_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+  -- Bytes, not a collation: 'k' and 'k ' are different keys, as in SQLite.
+  unique_key VARBINARY(1020) NULL,
   payload LONGBLOB NOT NULL,
   PRIMARY KEY (id),
   -- The claim's WHERE and ORDER BY follow this index exactly, so a claim reads
@@ -73,3 +74,66 @@ ORDER BY queue
 SELECT COUNT(*) FROM `{table}`
 WHERE queue = %s AND status = 'processing'
   AND heartbeat_at < TIMESTAMPADD(MICROSECOND, -%s, UTC_TIMESTAMP(6))
+
+-- name: claim_select
+-- Oldest ready messages of the highest priority, in index order, skipping rows
+-- other drains hold: concurrent claims never wait on each other.
+SELECT id, queue, priority, error_count, created_at, available_at, unique_key, payload
+FROM `{table}` FORCE INDEX (`{table}_claim`)
+WHERE queue = %s AND status = 'ready' AND available_at <= UTC_TIMESTAMP(6)
+ORDER BY priority DESC, available_at, id
+LIMIT %s
+FOR UPDATE SKIP LOCKED
+
+-- name: claim_select_locking
+-- Servers without SKIP LOCKED: correct, but concurrent claims queue up.
+SELECT id, queue, priority, error_count, created_at, available_at, unique_key, payload
+FROM `{table}` FORCE INDEX (`{table}_claim`)
+WHERE queue = %s AND status = 'ready' AND available_at <= UTC_TIMESTAMP(6)
+ORDER BY priority DESC, available_at, id
+LIMIT %s
+FOR UPDATE
+
+-- name: claim_mark
+UPDATE `{table}` SET status = 'processing', owner = %s, heartbeat_at = UTC_TIMESTAMP(6)
+WHERE id IN ({ids})
+
+-- name: explain_claim
+EXPLAIN SELECT id FROM `{table}` FORCE INDEX (`{table}_claim`)
+WHERE queue = %s AND status = 'ready' AND available_at <= UTC_TIMESTAMP(6)
+ORDER BY priority DESC, available_at, id
+LIMIT %s
+
+-- name: ack_delete
+DELETE FROM `{table}` WHERE id = %s AND owner = %s AND status = 'processing'
+
+-- name: ack_delete_many
+DELETE FROM `{table}` WHERE id IN ({ids}) AND owner = %s AND status = 'processing'
+
+-- name: ack_tombstone
+-- A succeeded message with a unique key keeps its key (not its payload) until
+-- the retention passes, so the same key enqueued again meanwhile is skipped.
+UPDATE `{table}`
+SET status = 'done', payload = '', owner = NULL, heartbeat_at = NULL, last_error = NULL,
+    available_at = TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6))
+WHERE id = %s AND owner = %s AND status = 'processing'
+
+-- name: ack_failure
+UPDATE `{table}`
+SET status = %s, error_count = error_count + 1, last_error = %s, owner = NULL,
+    heartbeat_at = NULL, available_at = TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6))
+WHERE id = %s AND owner = %s AND status = 'processing'
+
+-- name: heartbeat
+UPDATE `{table}` SET heartbeat_at = UTC_TIMESTAMP(6)
+WHERE id IN ({ids}) AND owner = %s AND status = 'processing'
+
+-- name: release
+-- Claimed but never started: back to ready, keeping their place in line.
+UPDATE `{table}` SET status = 'ready', owner = NULL, heartbeat_at = NULL
+WHERE id IN ({ids}) AND owner = %s AND status = 'processing'
+
+-- name: purge_tombstones
+DELETE FROM `{table}`
+WHERE queue = %s AND status = 'done' AND available_at <= UTC_TIMESTAMP(6)
+LIMIT 1000

@@ -65,3 +65,56 @@ ORDER BY queue
 SELECT COUNT(*) FROM "{table}"
 WHERE queue = ? AND status = 'processing'
   AND heartbeat_at < strftime('%Y-%m-%d %H:%M:%f', 'now', ?)
+
+-- name: claim_select
+-- Oldest ready messages of the highest priority, in index order. The caller
+-- holds the write lock (BEGIN IMMEDIATE), so no other drain can take them.
+SELECT id, queue, priority, error_count, created_at, available_at, unique_key, payload
+FROM "{table}" INDEXED BY "{table}_claim"
+WHERE queue = ? AND status = 'ready' AND available_at <= {now}
+ORDER BY priority DESC, available_at, id
+LIMIT ?
+
+-- name: claim_mark
+UPDATE "{table}" SET status = 'processing', owner = ?, heartbeat_at = {now}
+WHERE id IN ({ids})
+
+-- name: explain_claim
+EXPLAIN QUERY PLAN SELECT id FROM "{table}" INDEXED BY "{table}_claim"
+WHERE queue = ? AND status = 'ready' AND available_at <= {now}
+ORDER BY priority DESC, available_at, id
+LIMIT ?
+
+-- name: ack_delete
+DELETE FROM "{table}" WHERE id = ? AND owner = ? AND status = 'processing'
+
+-- name: ack_delete_many
+DELETE FROM "{table}" WHERE id IN ({ids}) AND owner = ? AND status = 'processing'
+
+-- name: ack_tombstone
+-- A succeeded message with a unique key keeps its key (not its payload) until
+-- the retention passes, so the same key enqueued again meanwhile is skipped.
+UPDATE "{table}"
+SET status = 'done', payload = X'', owner = NULL, heartbeat_at = NULL, last_error = NULL,
+    available_at = strftime('%Y-%m-%d %H:%M:%f', 'now', ?)
+WHERE id = ? AND owner = ? AND status = 'processing'
+
+-- name: ack_failure
+UPDATE "{table}"
+SET status = ?, error_count = error_count + 1, last_error = ?, owner = NULL,
+    heartbeat_at = NULL, available_at = strftime('%Y-%m-%d %H:%M:%f', 'now', ?)
+WHERE id = ? AND owner = ? AND status = 'processing'
+
+-- name: heartbeat
+UPDATE "{table}" SET heartbeat_at = {now}
+WHERE id IN ({ids}) AND owner = ? AND status = 'processing'
+
+-- name: release
+-- Claimed but never started: back to ready, keeping their place in line.
+UPDATE "{table}" SET status = 'ready', owner = NULL, heartbeat_at = NULL
+WHERE id IN ({ids}) AND owner = ? AND status = 'processing'
+
+-- name: purge_tombstones
+DELETE FROM "{table}" WHERE id IN (
+  SELECT id FROM "{table}" WHERE queue = ? AND status = 'done' AND available_at <= {now} LIMIT 1000
+)

@@ -1,0 +1,284 @@
+"""The drain: claim ready messages, run the handler on each, acknowledge each result.
+
+One drain process works one queue at a time under a per-host slot. It is
+single-threaded: while a handler runs, the runner calls back (`tick`) so the
+drain refreshes the heartbeat of every message it holds on its own connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import secrets
+import signal
+import socket
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from . import handlers, slots
+from .backends.base import Backend
+from .config import Config, QueueConfig
+from .drain_types import DrainOptions, DrainReport
+from .errors import ConfigError, ConnectionLost, DatabaseError
+from .models import Message
+
+log = logging.getLogger("mq")
+
+# How long a drain keeps trying to reach a database that dropped its
+# connection before it gives up (exit 3) and leaves its messages to go stalled.
+RECONNECT_FOR = 15.0
+WAIT_POLL_MIN = 0.05
+WAIT_POLL_MAX = 1.0  # the contract: --wait polls at least once a second
+
+
+def owner_token() -> str:
+    """Who holds a claim: host, pid and a random part (pids are reused)."""
+    return f"{socket.gethostname()[:80]}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+class Drain:
+    def __init__(self, config: Config, backend: Callable[[], Backend], options: DrainOptions):
+        self.config = config
+        self._open_backend = backend
+        self.options = options
+        self.owner = owner_token()
+        self.report = DrainReport()
+        self.signals = 0
+        self.runner: handlers.Runner | None = None
+        self.held: list[int] = []  # ids this drain holds right now
+        self._backend: Backend | None = None
+
+    # -- setup --------------------------------------------------------------
+
+    def plan(self) -> list[tuple[QueueConfig, str]]:
+        """Each queue to drain with its handler, every handler checked before anything is claimed."""
+        names = self.options.queues or list(self.config.queues)
+        if not names:
+            raise ConfigError(
+                "no queue to drain: give -q QUEUE, or configure queues (see config.example.yaml)"
+            )
+        plan = []
+        for name in names:
+            queue = self.config.queue(name)
+            path = self.options.handler or queue.handler
+            if not path:
+                where = self.config.source or "no config file"
+                raise ConfigError(
+                    f"queue {name!r} has no handler ({where}): set queues.{name}.handler "
+                    "in the config or pass --handler"
+                )
+            handlers.resolve(path)
+            plan.append((queue, path))
+        return plan
+
+    @property
+    def backend(self) -> Backend:
+        if self._backend is None:
+            self._backend = self._open_backend()
+        return self._backend
+
+    # -- the run ------------------------------------------------------------
+
+    def run(self) -> DrainReport:
+        plan = self.plan()
+        started = time.monotonic()
+        self.deadline = started + self.options.max_seconds if self.options.max_seconds else None
+        previous = {
+            sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
+        }
+        try:
+            slots.ensure_lock_dir(self.config.lock_dir)
+            for queue, path in plan:
+                if self._should_stop():
+                    break
+                concurrency = self.options.concurrency or queue.concurrency
+                slot = slots.acquire(self.config.lock_dir, queue.name, concurrency)
+                if slot is None:
+                    log.info("queue %s: all %d slot(s) busy on this host", queue.name, concurrency)
+                    self.report.busy.append(queue.name)
+                    continue
+                try:
+                    self.report.queues.append(queue.name)
+                    self._drain_queue(queue, path)
+                finally:
+                    slot.release()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.report.seconds = time.monotonic() - started
+        return self.report
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.signals += 1
+        if self.signals == 1:
+            log.warning(
+                "got %s: finishing the running handler, returning the rest",
+                signal.Signals(signum).name,
+            )
+        elif self.runner is not None:
+            log.warning("got a second signal: stopping the running handler now")
+            self.runner.kill()
+
+    def _should_stop(self) -> bool:
+        if self.signals:
+            return True
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return True
+        limit = self.options.max_messages
+        return limit is not None and self.report.succeeded + self.report.failed >= limit
+
+    def _drain_queue(self, queue: QueueConfig, path: str) -> None:
+        self._db(lambda b: b.purge_tombstones(queue.name))
+        runner = handlers.make_runner(path, queue.format)
+        self.runner = runner
+        try:
+            runner.start()
+            idle = WAIT_POLL_MIN
+            while not self._should_stop():
+                batch = self._claim(queue)
+                if not batch:
+                    if not self.options.wait:
+                        return
+                    idle = self._idle(idle)
+                    continue
+                idle = WAIT_POLL_MIN
+                self._run_batch(queue, batch, runner)
+        finally:
+            self.runner = None
+            runner.close()
+
+    def _idle(self, pause: float) -> float:
+        """Sleep before polling again with --wait: short at first, growing to a second."""
+        if self.deadline is not None:
+            pause = min(pause, max(self.deadline - time.monotonic(), 0.0))
+        time.sleep(pause)
+        return min(pause * 2, WAIT_POLL_MAX)
+
+    def _claim(self, queue: QueueConfig) -> list[Message]:
+        size = self.options.batch_size or queue.batch_size
+        if self.options.max_messages is not None:
+            done = self.report.succeeded + self.report.failed
+            size = max(1, min(size, self.options.max_messages - done))
+        batch = self._db(lambda b: b.claim(queue.name, size, self.owner))
+        self.held = [m.id for m in batch]
+        self.report.claimed += len(batch)
+        if batch:
+            log.debug("queue %s: claimed %d message(s)", queue.name, len(batch))
+        return batch
+
+    def _run_batch(self, queue: QueueConfig, batch: list[Message], runner: handlers.Runner) -> None:
+        tick_every = max(min(queue.stalled_after / 3, 5.0), 0.05)
+        beat_every = queue.stalled_after / 3
+        self._last_beat = time.monotonic()
+
+        def tick() -> None:
+            if time.monotonic() - self._last_beat >= beat_every:
+                self._heartbeat()
+
+        try:
+            for index, message in enumerate(batch):
+                if self._should_stop():
+                    break
+                tick()
+                info = handlers.MessageInfo(
+                    message.id, message.queue, message.error_count, message.created_at
+                )
+                started = time.monotonic()
+                outcome = runner.run(
+                    message.payload or b"", info, queue.timeout or None, tick, tick_every
+                )
+                if self.signals > 1 and not outcome.ok:
+                    outcome = handlers.Outcome(ok=False, error="interrupted: the drain was stopped")
+                self.held = [m.id for m in batch[index + 1 :]]
+                self._acknowledge(queue, message, outcome, time.monotonic() - started)
+        finally:
+            if self.held:
+                returned = self._db(lambda b: b.release(self.held, self.owner))
+                self.report.returned += returned
+                log.info(
+                    "queue %s: returned %d unstarted message(s) to ready", queue.name, returned
+                )
+                self.held = []
+
+    def _acknowledge(
+        self, queue: QueueConfig, message: Message, outcome: handlers.Outcome, seconds: float
+    ) -> None:
+        if outcome.ok:
+            self.report.succeeded += 1
+            ours = self._db(lambda b: b.ack_success(message, self.owner, queue.unique_retention))
+            if ours:
+                log.info("queue %s: message %d done in %.3fs", queue.name, message.id, seconds)
+        else:
+            self.report.failed += 1
+            attempts = message.error_count + 1
+            final = attempts >= queue.max_errors
+            retry_in = 0.0 if final else queue.backoff(attempts)
+            error = outcome.error or "failed"
+            ours = self._db(lambda b: b.ack_failure(message, self.owner, error, retry_in, final))
+            if ours:
+                first_line = error.strip().splitlines()[-1] if error.strip() else error
+                if final:
+                    log.error(
+                        "queue %s: message %d failed for good after %d attempt(s): %s",
+                        queue.name, message.id, attempts, first_line,
+                    )  # fmt: skip
+                else:
+                    log.error(
+                        "queue %s: message %d failed (attempt %d of %d, retry in %s): %s",
+                        queue.name, message.id, attempts, queue.max_errors,
+                        _seconds(retry_in), first_line,
+                    )  # fmt: skip
+        if not ours:
+            self.report.lost += 1
+            log.warning(
+                "queue %s: message %d was no longer held by this drain (requeued by an operator "
+                "or gc?); its result was not recorded",
+                queue.name, message.id,
+            )  # fmt: skip
+
+    def _heartbeat(self) -> None:
+        self._last_beat = time.monotonic()
+        if not self.held:
+            return
+        try:
+            self._db(lambda b: b.heartbeat(self.held, self.owner), patience=2.0)
+        except DatabaseError as exc:
+            # The handler is still running; the acknowledgement will try again.
+            log.warning("heartbeat failed: %s", exc)
+
+    # -- database trouble -----------------------------------------------------
+
+    def _db(self, operation: Callable[[Backend], Any], patience: float = RECONNECT_FOR) -> Any:
+        """Run ``operation``; after a lost connection, reconnect and retry for a while.
+
+        Every operation is guarded by the owner token, so running one twice
+        (the first attempt may have committed before the connection dropped)
+        never changes another drain's claim.
+        """
+        give_up = time.monotonic() + patience
+        pause = 0.2
+        while True:
+            try:
+                return operation(self.backend)
+            except ConnectionLost as exc:
+                if time.monotonic() >= give_up:
+                    raise DatabaseError(
+                        f"{exc}\nheld message(s) stay processing and show as stalled after "
+                        "stalled_after; `mq gc --stalled --requeue` recovers them"
+                    ) from exc
+                log.warning("%s; reconnecting", exc)
+                time.sleep(pause + random.uniform(0, pause))
+                pause = min(pause * 2, 2.0)
+                try:
+                    self.backend.reconnect()
+                except DatabaseError as again:
+                    log.warning("reconnect failed: %s", again)
+
+
+def _seconds(value: float) -> str:
+    from .durations import format_duration
+
+    return format_duration(value)

@@ -1,0 +1,41 @@
+"""What a drain is asked to do and what it reports (plain data, no machinery)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class DrainOptions:
+    queues: list[str] = field(default_factory=list)  # empty: every configured queue
+    handler: str | None = None
+    max_messages: int | None = None
+    max_seconds: float | None = None
+    batch_size: int | None = None
+    concurrency: int | None = None
+    wait: bool = False
+
+
+@dataclass
+class DrainReport:
+    claimed: int = 0
+    succeeded: int = 0
+    failed: int = 0  # handler failures (retried later or now `failed`)
+    returned: int = 0  # claimed, never started, put back to ready
+    lost: int = 0  # acknowledgements refused: the message was no longer ours
+    seconds: float = 0.0
+    queues: list[str] = field(default_factory=list)  # queues worked on
+    busy: list[str] = field(default_factory=list)  # queues whose slots were all taken
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "claimed": self.claimed,
+            "succeeded": self.succeeded,
+            "failed": self.failed,
+            "returned": self.returned,
+            "lost": self.lost,
+            "seconds": round(self.seconds, 3),
+            "queues": self.queues,
+            "busy": self.busy,
+        }

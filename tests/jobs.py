@@ -1,0 +1,55 @@
+"""Handlers the drain tests run (importable as ``tests.jobs:NAME``).
+
+Each appends what it ran to the file named by $MQ_TEST_LOG, one JSON line per
+run, so a test can check exactly which messages ran, how often, and in what order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import mq_cli.handlers as handlers
+
+
+def _log(payload: object, **extra: object) -> None:
+    line = json.dumps({"payload": payload, "pid": os.getpid(), **extra})
+    with open(os.environ["MQ_TEST_LOG"], "a", encoding="utf-8") as out:
+        out.write(line + "\n")
+
+
+def record(payload: object) -> None:
+    _log(payload)
+
+
+def record_meta(payload: object) -> None:
+    info = handlers.current_message()
+    _log(payload, id=info.id, queue=info.queue, error_count=info.error_count)
+
+
+def fail_when_asked(payload: dict) -> object:
+    _log(payload)
+    if payload.get("fail"):
+        raise ValueError(f"boom {payload.get('n')}")
+    return None
+
+
+def sleepy(payload: dict) -> None:
+    time.sleep(float(payload.get("sleep", 0)))
+    _log(payload)
+
+
+def noop(payload: object) -> None:
+    return None
+
+
+class Counter:
+    """Instantiated once per drain: counts the messages it saw."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def __call__(self, payload: object) -> None:
+        self.seen += 1
+        _log(payload, seen=self.seen)

@@ -1,0 +1,79 @@
+"""A small TCP proxy the tests own, to cut database connections at chosen moments."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+
+class Proxy:
+    """Forwards 127.0.0.1:<port> to ``target``; ``cut()`` drops every open connection,
+    ``down()``/``up()`` refuse new ones as a stopped server would."""
+
+    def __init__(self, target: tuple[str, int]):
+        self.target = target
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        self.accepting = True
+        self.connections: list[socket.socket] = []
+        self.lock = threading.Lock()
+        self.closed = False
+        self.cuts = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if not self.accepting:
+                client.close()
+                continue
+            try:
+                server = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self.lock:
+                self.connections += [client, server]
+            threading.Thread(target=self._pipe, args=(client, server), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        for s in (source, sink):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self) -> None:
+        with self.lock:
+            self.cuts += 1
+            for s in self.connections:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+            self.connections = []
+
+    def down(self) -> None:
+        self.accepting = False
+        self.cut()
+
+    def up(self) -> None:
+        self.accepting = True
+
+    def close(self) -> None:
+        self.closed = True
+        self.listener.close()
+        self.cut()

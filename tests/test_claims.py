@@ -1,0 +1,170 @@
+"""The storage contract of claims and acknowledgements, on both backends."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from mq_cli.backends import open_backend
+from mq_cli.dburl import parse_database_url
+
+
+def backend_for(db):
+    return open_backend(parse_database_url(db.url), "mq_messages")
+
+
+def fill(backend, queue: str, count: int, **kw) -> list[int]:
+    ids: list[int] = []
+    payloads = [f'{{"n": {i}}}'.encode() for i in range(count)]
+    for start in range(0, count, 1000):
+        ids += backend.enqueue(queue, payloads[start : start + 1000], **kw)
+    return ids
+
+
+def test_claim_marks_processing_with_owner_and_heartbeat(db):
+    with backend_for(db) as b:
+        ids = fill(b, "q", 5)
+        claimed = b.claim("q", 3, "host:1:aa")
+        assert [m.id for m in claimed] == ids[:3]
+        assert all(m.payload == f'{{"n": {i}}}'.encode() for i, m in enumerate(claimed))
+        got = db.sql(
+            "SELECT id, status, owner, heartbeat_at IS NOT NULL FROM mq_messages ORDER BY id"
+        )
+        assert [tuple(r[1:]) for r in got[:3]] == [("processing", "host:1:aa", 1)] * 3
+        assert [tuple(r[1:]) for r in got[3:]] == [("ready", None, 0)] * 2
+        assert [m.id for m in b.claim("q", 10, "host:2:bb")] == ids[3:]
+        assert b.claim("q", 10, "host:3:cc") == []
+
+
+def test_acknowledgements_are_guarded_by_the_owner(db):
+    with backend_for(db) as b:
+        (ident,) = fill(b, "q", 1)
+        (mine,) = b.claim("q", 1, "drain-a")
+        # an operator requeues it and another drain claims it
+        db.sql("UPDATE mq_messages SET status = 'ready', owner = NULL WHERE id = %s", (ident,))
+        (theirs,) = b.claim("q", 1, "drain-b")
+        assert theirs.id == ident
+        assert b.ack_success(mine, "drain-a") is False
+        assert b.ack_failure(mine, "drain-a", "boom", 10, False) is False
+        assert b.heartbeat([ident], "drain-a") == 0
+        assert b.release([ident], "drain-a") == 0
+        assert db.sql("SELECT status, owner, error_count FROM mq_messages") == [
+            ("processing", "drain-b", 0)
+        ]
+        assert b.ack_success(theirs, "drain-b") is True
+        assert db.sql("SELECT COUNT(*) FROM mq_messages") == [(0,)]
+
+
+def test_release_keeps_the_place_in_line(db):
+    with backend_for(db) as b:
+        ids = fill(b, "q", 3)
+        claimed = b.claim("q", 2, "me")
+        assert b.release([m.id for m in claimed], "me") == 2
+        assert [m.id for m in b.claim("q", 3, "me")] == ids
+
+
+def test_failure_backoff_and_failed_state(db):
+    with backend_for(db) as b:
+        fill(b, "q", 2)
+        first, second = b.claim("q", 2, "me")
+        assert b.ack_failure(first, "me", "boom", 3600, False)
+        assert b.ack_failure(second, "me", "gave up", 0, True)
+        got = db.sql("SELECT status, error_count, last_error, owner FROM mq_messages ORDER BY id")
+        assert got == [("ready", 1, "boom", None), ("failed", 1, "gave up", None)]
+        assert b.claim("q", 5, "me") == []  # one backs off an hour, one is failed
+
+
+def test_batch_acknowledgement(db):
+    with backend_for(db) as b:
+        fill(b, "q", 4)
+        claimed = b.claim("q", 4, "me")
+        assert b.ack_success_many([m.id for m in claimed], "me") == 4
+        assert db.sql("SELECT COUNT(*) FROM mq_messages") == [(0,)]
+
+
+def test_parallel_claims_never_share_a_message(db):
+    """Four connections claiming at once: every message exactly once."""
+    with backend_for(db) as b:
+        ids = fill(b, "q", 600)
+    taken: dict[str, list[int]] = {}
+
+    def worker(name: str) -> None:
+        mine: list[int] = []
+        with backend_for(db) as own:
+            while batch := own.claim("q", 7, name):
+                mine += [m.id for m in batch]
+                for m in batch:
+                    assert own.ack_success(m, name)
+        taken[name] = mine
+
+    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    everything = sorted(i for got in taken.values() for i in got)
+    assert everything == ids
+
+
+def test_old_server_claim_path(mysql_db):
+    """Servers without SKIP LOCKED claim with plain FOR UPDATE: slower, still exactly once."""
+    assert mysql_db.run("init").exit_code == 0
+    with backend_for(mysql_db) as b:
+        ids = fill(b, "q", 300)
+    taken: list[int] = []
+    lock = threading.Lock()
+
+    def worker(name: str) -> None:
+        with backend_for(mysql_db) as own:
+            own.force_locking_claim = True
+            while batch := own.claim("q", 5, name):
+                with lock:
+                    taken.extend(m.id for m in batch)
+                for m in batch:
+                    assert own.ack_success(m, name)
+
+    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(taken) == ids
+
+
+def test_claim_plan_follows_the_index(db):
+    """With delayed, failed and processing rows around, the claim reads the index in order:
+    no filesort / temp B-tree, so it locks only the rows it takes (FIELD-NOTES trap 1)."""
+    with backend_for(db) as b:
+        fill(b, "q", 3000)
+        fill(b, "q", 2000, delay=3600)
+        fill(b, "q", 1000, priority=5)
+        fill(b, "other", 2000)
+        for m in b.claim("q", 500, "x"):
+            b.ack_failure(m, "x", "boom", 0, True)  # 500 failed
+        b.claim("q", 300, "y")  # 300 processing
+        if db.kind == "mysql":
+            db.sql("ANALYZE TABLE mq_messages")
+        plan = " | ".join(b.explain_claim("q", 10))
+    if db.kind == "mysql":
+        assert "key=mq_messages_claim" in plan, plan
+        assert "filesort" not in plan.lower(), plan
+        assert "temporary" not in plan.lower(), plan
+    else:
+        assert "mq_messages_claim" in plan, plan
+        assert "TEMP B-TREE" not in plan.upper(), plan
+
+
+@pytest.mark.parametrize("count", [1, 250])
+def test_tombstones_are_purged_after_retention(db, count):
+    with backend_for(db) as b:
+        for i in range(count):
+            b.enqueue("q", [b'"x"'], unique_key=f"k{i}")
+        for m in b.claim("q", count, "me"):
+            assert b.ack_success(m, "me", retention=0.001)
+        assert db.sql("SELECT COUNT(*) FROM mq_messages WHERE status = 'done'") == [(count,)]
+        import time
+
+        time.sleep(0.05)
+        assert b.purge_tombstones("q") == count
+        assert db.sql("SELECT COUNT(*) FROM mq_messages") == [(0,)]

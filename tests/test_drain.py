@@ -1,0 +1,266 @@
+"""`mq drain` through the CLI on both backends: what ran, what is left, what was recorded."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The list of payloads the tests.jobs handlers ran, in order."""
+    log = tmp_path / "ran.jsonl"
+    monkeypatch.setenv("MQ_TEST_LOG", str(log))
+
+    def read() -> list[dict]:
+        if not log.exists():
+            return []
+        return [json.loads(line) for line in log.read_text().splitlines()]
+
+    return read
+
+
+def config(tmp_path: Path, text: str) -> None:
+    (tmp_path / "mq.yaml").write_text(text)
+
+
+def enqueue(db, queue: str, *payloads: str, extra: tuple[str, ...] = ()) -> list[int]:
+    result = db.run("enqueue", "-q", queue, *extra, *payloads)
+    assert result.exit_code == 0, result.output
+    return [int(x) for x in result.stdout.split()]
+
+
+def rows(db, queue: str) -> list[tuple]:
+    return db.sql(
+        "SELECT id, status, error_count, last_error, owner FROM mq_messages "
+        "WHERE queue = %s ORDER BY id",
+        (queue,),
+    )
+
+
+def test_drain_runs_every_message_once_and_deletes_it(db, ran):
+    enqueue(db, "jobs", *[json.dumps({"n": i}) for i in range(25)])
+    result = db.run("drain", "-q", "jobs", "--handler", "tests.jobs:record")
+    assert result.exit_code == 0, result.output
+    assert result.output == ""  # silent on success: cron mails any output
+    assert sorted(r["payload"]["n"] for r in ran()) == list(range(25))
+    assert rows(db, "jobs") == []
+
+
+def test_drain_uses_the_configured_handler_and_every_configured_queue(db, ran, tmp_path):
+    config(
+        tmp_path,
+        "queues:\n  a: {handler: 'tests.jobs:record'}\n  b: {handler: 'tests.jobs:Counter'}\n",
+    )
+    enqueue(db, "a", '"a1"', '"a2"')
+    enqueue(db, "b", '"b1"', '"b2"', '"b3"')
+    result = db.run("drain")
+    assert result.exit_code == 0, result.output
+    done = ran()
+    assert [r["payload"] for r in done] == ["a1", "a2", "b1", "b2", "b3"]
+    # the class is instantiated once per drain: the instance counted b1..b3
+    assert [r.get("seen") for r in done[2:]] == [1, 2, 3]
+
+
+def test_failure_records_error_and_backs_off(db, ran, tmp_path):
+    config(tmp_path, "defaults: {retry_delay: 60s, max_errors: 5}\n")
+    (bad,) = enqueue(db, "jobs", '{"fail": true, "n": 7}')
+    result = db.run("drain", "-q", "jobs", "--handler", "tests.jobs:fail_when_asked")
+    assert result.exit_code == 0  # failures are recorded, the drain did its job
+    assert f"message {bad} failed (attempt 1 of 5" in result.stderr
+    assert "boom 7" in result.stderr
+    ((_, status, errors, last_error, owner),) = rows(db, "jobs")
+    assert (status, errors, owner) == ("ready", 1, None)
+    assert "ValueError: boom 7" in last_error
+    stats = json.loads(db.run("stats", "--json").stdout)["jobs"]
+    assert stats["delayed"] == 1 and stats["ready"] == 0  # backing off, not ready yet
+    # a second drain right away does not run it again
+    db.run("drain", "-q", "jobs", "--handler", "tests.jobs:fail_when_asked")
+    assert len(ran()) == 1
+
+
+def test_failing_message_ends_failed_after_max_errors(db, ran, tmp_path):
+    config(tmp_path, "defaults: {retry_delay: 0, max_errors: 3}\n")
+    enqueue(db, "jobs", '{"fail": true}', '{"fail": false}')
+    result = db.run("drain", "-q", "jobs", "--handler", "tests.jobs:fail_when_asked")
+    assert result.exit_code == 0
+    assert "failed for good after 3 attempt(s)" in result.stderr
+    ((_, status, errors, last_error, _),) = rows(db, "jobs")
+    assert (status, errors) == ("failed", 3)
+    assert "boom" in last_error
+    assert len(ran()) == 4  # three tries of the bad one, one of the good one
+    # a failed message is kept for an operator, never run again by drain
+    db.run("drain", "-q", "jobs", "--handler", "tests.jobs:fail_when_asked")
+    assert len(ran()) == 4
+
+
+def test_priority_then_age_and_delay_respected(db, ran):
+    enqueue(db, "jobs", '"low1"', '"low2"')
+    enqueue(db, "jobs", '"high"', extra=("--priority", "5"))
+    enqueue(db, "jobs", '"later"', extra=("--delay", "1h", "--priority", "9"))
+    enqueue(db, "jobs", '"mid"', extra=("--priority", "1"))
+    result = db.run("drain", "-q", "jobs", "--handler", "tests.jobs:record", "--batch-size", "1")
+    assert result.exit_code == 0, result.output
+    assert [r["payload"] for r in ran()] == ["high", "mid", "low1", "low2"]
+    assert [r[1] for r in rows(db, "jobs")] == ["ready"]  # the delayed one waits
+
+
+def test_max_messages_leaves_the_rest_ready(db, ran):
+    enqueue(db, "jobs", *[str(i) for i in range(10)])
+    result = db.run(
+        "drain", "-q", "jobs", "--handler", "tests.jobs:record", "--max-messages", "3",
+        "--batch-size", "10",
+    )  # fmt: skip
+    assert result.exit_code == 0
+    assert [r["payload"] for r in ran()] == [0, 1, 2]
+    left = rows(db, "jobs")
+    assert len(left) == 7 and {r[1] for r in left} == {"ready"}
+
+
+def test_max_seconds_returns_unstarted_messages_at_once(db, ran):
+    enqueue(db, "jobs", *[json.dumps({"sleep": 0.4, "n": i}) for i in range(8)])
+    started = time.monotonic()
+    result = db.run(
+        "drain", "-q", "jobs", "--handler", "tests.jobs:sleepy", "--max-seconds", "1",
+        "--batch-size", "8", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert time.monotonic() - started < 4
+    report = json.loads(result.stdout)
+    done = len(ran())
+    assert 1 <= done < 8
+    assert report["succeeded"] == done and report["returned"] == 8 - done
+    # nothing is left processing (it would go stalled): all back to ready
+    assert {r[1] for r in rows(db, "jobs")} == {"ready"}
+    assert len(rows(db, "jobs")) == 8 - done
+
+
+def test_wait_polls_until_max_seconds(db, ran):
+    started = time.monotonic()
+    result = db.run(
+        "drain", "-q", "jobs", "--handler", "tests.jobs:record", "--wait", "--max-seconds", "1.5"
+    )
+    elapsed = time.monotonic() - started
+    assert result.exit_code == 0
+    assert 1.4 <= elapsed < 4
+
+
+def test_timeout_of_a_hanging_python_handler(db, ran, tmp_path):
+    config(tmp_path, "defaults: {timeout: 1s, retry_delay: 1h}\n")
+    hang, fine = enqueue(db, "jobs", '{"sleep": 60}', '{"sleep": 0}')
+    started = time.monotonic()
+    result = db.run("drain", "-q", "jobs", "--handler", "tests.jobs:sleepy", "--batch-size", "1")
+    assert result.exit_code == 0
+    assert time.monotonic() - started < 10
+    assert [r["payload"] for r in ran()] == [{"sleep": 0}]  # the drain went on
+    ((ident, status, errors, last_error, _),) = rows(db, "jobs")
+    assert (ident, status, errors) == (hang, "ready", 1)
+    assert "timed out" in last_error
+
+
+def test_timeout_of_a_hanging_exec_handler(db, tmp_path):
+    config(tmp_path, "defaults: {timeout: 1s, retry_delay: 1h}\n")
+    enqueue(db, "jobs", '"x"')
+    started = time.monotonic()
+    result = db.run("drain", "-q", "jobs", "--handler", "exec:sleep 60")
+    assert result.exit_code == 0
+    assert time.monotonic() - started < 10
+    ((_, status, errors, last_error, _),) = rows(db, "jobs")
+    assert (status, errors) == ("ready", 1) and "timed out" in last_error
+
+
+def test_exec_handler_gets_raw_bytes_on_stdin(db, tmp_path):
+    out = tmp_path / "out.bin"
+    config(tmp_path, "queues:\n  raw: {format: bytes}\n")
+    payload = bytes(range(256)) * 3
+    result = db.run("enqueue", "-q", "raw", input=payload)
+    assert result.exit_code == 0, result.output
+    result = db.run("drain", "-q", "raw", "--handler", f"exec:sh -c 'cat > {out}'")
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes() == payload
+    assert rows(db, "raw") == []
+
+
+def test_exec_failure_keeps_the_end_of_stderr(db, tmp_path):
+    config(tmp_path, "defaults: {retry_delay: 1h}\n")
+    enqueue(db, "jobs", '"x"')
+    result = db.run(
+        "drain", "-q", "jobs", "--handler", "exec:sh -c 'echo lots >&2; echo disk full >&2; exit 3'"
+    )
+    assert result.exit_code == 0
+    ((_, status, errors, last_error, _),) = rows(db, "jobs")
+    assert (status, errors) == ("ready", 1)
+    assert "disk full" in last_error and "3" in last_error
+
+
+def test_handler_gets_message_metadata(db, ran):
+    (ident,) = enqueue(db, "jobs", '{"k": 1}')
+    db.run("drain", "-q", "jobs", "--handler", "tests.jobs:record_meta")
+    (entry,) = ran()
+    assert entry["id"] == ident and entry["queue"] == "jobs" and entry["error_count"] == 0
+
+
+@pytest.mark.parametrize(
+    "handler",
+    ["tests.jobs:nonexistent", "tests.nomodule:record", "exec:/no/such/program", "nocolon"],
+)
+def test_unimportable_handler_is_exit_2_and_touches_nothing(db, handler):
+    enqueue(db, "jobs", '"x"')
+    result = db.run("drain", "-q", "jobs", "--handler", handler)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert result.stderr.startswith("mq: ")
+    assert [(r[1], r[2], r[4]) for r in rows(db, "jobs")] == [("ready", 0, None)]
+
+
+def test_queue_without_handler_is_a_configuration_error(db):
+    enqueue(db, "jobs", '"x"')
+    result = db.run("drain", "-q", "jobs")
+    assert result.exit_code == 2
+    assert "no handler" in result.stderr and "--handler" in result.stderr
+
+
+def test_no_queue_at_all_is_a_configuration_error(db):
+    result = db.run("drain")
+    assert result.exit_code == 2
+    assert "no queue to drain" in result.stderr
+
+
+def test_unique_retention_keeps_the_key_after_success(db, ran, tmp_path):
+    config(tmp_path, "queues:\n  once: {handler: 'tests.jobs:record', unique_retention: 1h}\n")
+    enqueue(db, "once", '"first"', extra=("--unique-key", "k1"))
+    assert db.run("drain", "-q", "once").exit_code == 0
+    again = db.run("enqueue", "-q", "once", "--unique-key", "k1", '"second"')
+    assert again.exit_code == 0 and again.stdout == ""
+    assert "skipped" in again.stderr
+    assert db.run("drain", "-q", "once").exit_code == 0
+    assert [r["payload"] for r in ran()] == ["first"]
+    # the tombstone holds no payload and does not count as a message
+    stats = json.loads(db.run("stats", "--json").stdout)["once"]
+    assert stats["ready"] == 0 and stats["processing"] == 0
+
+
+def test_without_retention_a_done_key_is_free_again(db, ran):
+    enqueue(db, "jobs", '"first"', extra=("--unique-key", "k1"))
+    db.run("drain", "-q", "jobs", "--handler", "tests.jobs:record")
+    enqueue(db, "jobs", '"second"', extra=("--unique-key", "k1"))
+    db.run("drain", "-q", "jobs", "--handler", "tests.jobs:record")
+    assert [r["payload"] for r in ran()] == ["first", "second"]
+
+
+def test_json_summary(db, ran, tmp_path):
+    config(tmp_path, "defaults: {retry_delay: 1h}\n")
+    enqueue(db, "jobs", '{"fail": false}', '{"fail": true}', '{"fail": false}')
+    result = db.run("drain", "-q", "jobs", "--handler", "tests.jobs:fail_when_asked", "--json")
+    report = json.loads(result.stdout)
+    assert report["claimed"] == 3 and report["succeeded"] == 2 and report["failed"] == 1
+    assert report["returned"] == 0 and report["queues"] == ["jobs"]
+
+
+def test_verbose_logs_each_message(db, ran):
+    (ident,) = enqueue(db, "jobs", '"x"')
+    result = db.run("-v", "drain", "-q", "jobs", "--handler", "tests.jobs:record")
+    assert f"message {ident} done" in result.stderr

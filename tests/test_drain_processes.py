@@ -1,0 +1,230 @@
+"""Drain behaviour that belongs to processes: parallel drains, slots, signals,
+kill -9, heartbeats and lost connections. Real `mq` processes throughout."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.proxy import Proxy
+
+
+def wait_for(predicate, timeout: float = 20.0, every: float = 0.05):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError("condition not reached in time")
+
+
+def enqueue_many(db, queue: str, payloads: list[str]) -> list[int]:
+    result = db.run("enqueue", "-q", queue, "--lines", input="\n".join(payloads) + "\n")
+    assert result.exit_code == 0, result.output
+    return [int(x) for x in result.stdout.split()]
+
+
+def ran(log: Path) -> list[dict]:
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def status_counts(db, queue: str = "jobs") -> dict[str, int]:
+    return dict(
+        db.sql(
+            "SELECT status, COUNT(*) FROM mq_messages WHERE queue = %s GROUP BY status", (queue,)
+        )
+    )
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Path:
+    return tmp_path / "ran.jsonl"
+
+
+def test_four_parallel_drains_run_each_message_exactly_once(db, log, tmp_path):
+    (tmp_path / "mq.yaml").write_text(
+        "queues:\n  jobs: {handler: 'tests.jobs:record', concurrency: 4, batch_size: 20}\n"
+    )
+    ids = enqueue_many(db, "jobs", [json.dumps({"n": i}) for i in range(1200)])
+    env = db.env(MQ_TEST_LOG=str(log))
+    drains = [db.spawn("drain", "-q", "jobs", env=env) for _ in range(4)]
+    for p in drains:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert out == b"" and err == b""
+    runs = ran(log)
+    assert sorted(r["payload"]["n"] for r in runs) == list(range(1200))
+    assert len(ids) == 1200 and status_counts(db) == {}
+    # they really ran side by side: more than one worker process took messages
+    assert len({r["pid"] for r in runs}) > 1
+
+
+def test_busy_slots_exit_zero_silently(db, log, tmp_path):
+    (tmp_path / "mq.yaml").write_text("queues:\n  jobs: {handler: 'tests.jobs:sleepy'}\n")
+    enqueue_many(db, "jobs", ['{"sleep": 3}'])
+    env = db.env(MQ_TEST_LOG=str(log))
+    first = db.spawn("drain", "-q", "jobs", env=env)
+    wait_for(lambda: status_counts(db).get("processing"))
+    second = db.spawn("drain", "-q", "jobs", env=env)
+    out, err = second.communicate(timeout=10)
+    assert (second.returncode, out, err) == (0, b"", b"")
+    first.communicate(timeout=20)
+    assert first.returncode == 0
+    assert len(ran(log)) == 1
+
+
+def test_kill_9_leaves_the_message_processing_then_stalled(db, log, tmp_path):
+    (tmp_path / "mq.yaml").write_text(
+        "queues:\n  jobs: {handler: 'tests.jobs:sleepy', stalled_after: 1s, batch_size: 3}\n"
+    )
+    enqueue_many(db, "jobs", ['{"sleep": 30}', '{"sleep": 0}', '{"sleep": 0}'])
+    drain = db.spawn("drain", "-q", "jobs", env=db.env(MQ_TEST_LOG=str(log)))
+    wait_for(lambda: status_counts(db).get("processing") == 3)
+    drain.send_signal(signal.SIGKILL)
+    drain.communicate(timeout=10)
+    # nothing lost: all three still there, held by the dead drain ...
+    assert status_counts(db) == {"processing": 3}
+    # ... and, with no heartbeat any more, they show as stalled for an operator
+    stats = wait_for(
+        lambda: (s := json.loads(db.run("stats", "--json").stdout)["jobs"])["stalled"] == 3 and s
+    )
+    assert stats["processing"] == 0 and stats["ready"] == 0
+
+
+def test_heartbeat_keeps_a_long_handler_from_looking_stalled(db, log, tmp_path):
+    (tmp_path / "mq.yaml").write_text(
+        "queues:\n  jobs: {handler: 'tests.jobs:sleepy', stalled_after: 1s}\n"
+    )
+    enqueue_many(db, "jobs", ['{"sleep": 3.5}'])
+    drain = db.spawn("drain", "-q", "jobs", env=db.env(MQ_TEST_LOG=str(log)))
+    wait_for(lambda: status_counts(db).get("processing"))
+    seen = []
+    while drain.poll() is None:
+        stats = json.loads(db.run("stats", "--json").stdout)["jobs"]
+        seen.append(stats["stalled"])
+        time.sleep(0.2)
+    drain.communicate()
+    assert drain.returncode == 0
+    assert len(seen) >= 8 and set(seen) == {0}
+    assert len(ran(log)) == 1
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_finishes_the_running_handler_and_returns_the_rest(db, log, tmp_path, sig):
+    (tmp_path / "mq.yaml").write_text(
+        "queues:\n  jobs: {handler: 'tests.jobs:sleepy', batch_size: 5}\n"
+    )
+    enqueue_many(db, "jobs", [json.dumps({"sleep": 1.5, "n": i}) for i in range(5)])
+    drain = db.spawn("drain", "-q", "jobs", env=db.env(MQ_TEST_LOG=str(log)))
+    wait_for(lambda: status_counts(db).get("processing") == 5)
+    time.sleep(0.3)
+    drain.send_signal(sig)
+    out, err = drain.communicate(timeout=20)
+    assert drain.returncode == 0, err
+    assert [r["payload"]["n"] for r in ran(log)] == [0]  # the running one finished
+    assert status_counts(db) == {"ready": 4}  # the others are back, not stalled
+
+
+def test_second_signal_stops_the_handler_at_once(db, log, tmp_path):
+    (tmp_path / "mq.yaml").write_text(
+        "queues:\n  jobs: {handler: 'tests.jobs:sleepy', batch_size: 3, retry_delay: 0}\n"
+    )
+    enqueue_many(db, "jobs", [json.dumps({"sleep": 60, "n": i}) for i in range(3)])
+    drain = db.spawn("drain", "-q", "jobs", env=db.env(MQ_TEST_LOG=str(log)))
+    wait_for(lambda: status_counts(db).get("processing") == 3)
+    time.sleep(0.5)
+    started = time.monotonic()
+    drain.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    drain.send_signal(signal.SIGTERM)
+    drain.communicate(timeout=15)
+    assert time.monotonic() - started < 10
+    assert drain.returncode == 0
+    assert ran(log) == []
+    # nothing held any more: the interrupted one recorded as a failure, the rest back
+    assert status_counts(db) == {"ready": 3}
+    assert db.sql("SELECT SUM(error_count) FROM mq_messages")[0][0] == 1
+
+
+def test_cut_connections_mid_drain_lose_nothing(mysql_db, log, tmp_path):
+    """The connection drops while handlers run (as when MariaDB restarts): the
+    drain reconnects to record the results; every message runs and is deleted."""
+    db = mysql_db
+    assert db.run("init").exit_code == 0
+    settings = __import__("mq_cli.dburl", fromlist=["x"]).parse_database_url(db.url)
+    proxy = Proxy((settings.host, settings.port))
+    try:
+        url = f"mysql://{settings.user or 'root'}@127.0.0.1:{proxy.port}/{settings.database}"
+        (tmp_path / "mq.yaml").write_text(
+            "queues:\n  jobs: {handler: 'tests.jobs:sleepy', batch_size: 4}\n"
+        )
+        enqueue_many(db, "jobs", [json.dumps({"sleep": 0.3, "n": i}) for i in range(12)])
+        drain = db.spawn(
+            "drain", "-q", "jobs", env=db.env(MQ_TEST_LOG=str(log), MQ_DATABASE_URL=url)
+        )
+        for _ in range(3):
+            time.sleep(0.7)
+            proxy.down()  # like a server restart: connections drop, new ones refused
+            time.sleep(1.0)
+            proxy.up()
+        out, err = drain.communicate(timeout=60)
+        assert drain.returncode == 0, err
+        assert proxy.cuts == 3
+        assert sorted({r["payload"]["n"] for r in ran(log)}) == list(range(12))
+        assert status_counts(db) == {}
+    finally:
+        proxy.close()
+
+
+def test_database_gone_for_good_exits_3_and_leaves_messages_for_gc(mysql_db, log, tmp_path):
+    db = mysql_db
+    assert db.run("init").exit_code == 0
+    settings = __import__("mq_cli.dburl", fromlist=["x"]).parse_database_url(db.url)
+    proxy = Proxy((settings.host, settings.port))
+    try:
+        url = f"mysql://{settings.user or 'root'}@127.0.0.1:{proxy.port}/{settings.database}"
+        (tmp_path / "mq.yaml").write_text(
+            "queues:\n  jobs: {handler: 'tests.jobs:sleepy', batch_size: 2}\n"
+        )
+        enqueue_many(db, "jobs", ['{"sleep": 1, "n": 0}', '{"sleep": 0, "n": 1}'])
+        drain = db.spawn(
+            "drain", "-q", "jobs", env=db.env(MQ_TEST_LOG=str(log), MQ_DATABASE_URL=url)
+        )
+        wait_for(lambda: status_counts(db).get("processing") == 2)
+        proxy.down()
+        out, err = drain.communicate(timeout=60)
+        assert drain.returncode == 3
+        text = err.decode()
+        assert "Traceback" not in text
+        assert "gc --stalled" in text
+        # the messages are still there, held by the dead drain: stalled later, never lost
+        assert status_counts(db) == {"processing": 2}
+    finally:
+        proxy.close()
+
+
+def test_drain_from_a_bare_cron_environment(db, log, tmp_path):
+    """cron runs jobs with a minimal environment: no HOME-based XDG vars, a bare PATH."""
+    (tmp_path / "mq.yaml").write_text("queues:\n  jobs: {handler: 'tests.jobs:record'}\n")
+    enqueue_many(db, "jobs", ['"a"', '"b"'])
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "SHELL": "/bin/sh",
+        "MQ_DATABASE_URL": db.url,
+        "MQ_TEST_LOG": str(log),
+        "PYTHONPATH": db.env()["PYTHONPATH"],
+    }
+    with open(os.devnull) as devnull:
+        drain = db.spawn("drain", env=env, stdin=devnull)
+        out, err = drain.communicate(timeout=30)
+    assert (drain.returncode, out, err) == (0, b"", b"")
+    assert [r["payload"] for r in ran(log)] == ["a", "b"]
