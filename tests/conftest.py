@@ -160,7 +160,11 @@ def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No test reads the developer's config or writes their data directory."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "xdg-runtime-missing"))
+    # Slot lock files live under $XDG_RUNTIME_DIR/mq: one per test, so drains of
+    # other tests (or other runs on this host) never hold this test's slots.
+    runtime = tmp_path / "xdg-runtime"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     monkeypatch.delenv("MQ_CONFIG", raising=False)
     monkeypatch.delenv("MQ_DATABASE_URL", raising=False)
     monkeypatch.chdir(tmp_path)

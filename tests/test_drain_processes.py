@@ -213,8 +213,11 @@ def test_database_gone_for_good_exits_3_and_leaves_messages_for_gc(mysql_db, log
 
 def test_drain_from_a_bare_cron_environment(db, log, tmp_path):
     """cron runs jobs with a minimal environment: no HOME-based XDG vars, a bare PATH."""
-    (tmp_path / "mq.yaml").write_text("queues:\n  jobs: {handler: 'tests.jobs:record'}\n")
-    enqueue_many(db, "jobs", ['"a"', '"b"'])
+    # No XDG_RUNTIME_DIR under cron: the slots are in /tmp/mq-<uid>, shared with
+    # anything else on this host, so the queue name is this test's own.
+    queue = f"cron-{os.getpid()}-{time.monotonic_ns()}"
+    (tmp_path / "mq.yaml").write_text(f"queues:\n  {queue}: {{handler: 'tests.jobs:record'}}\n")
+    enqueue_many(db, queue, ['"a"', '"b"'])
     env = {
         "PATH": "/usr/bin:/bin",
         "HOME": str(tmp_path),
