@@ -13,6 +13,8 @@ The Python API for producers::
 from __future__ import annotations
 
 __version__ = "0.1.0"
+#: the table layout this release writes; recorded in <table>_meta by `mq init`
+SCHEMA_VERSION = 1
 
 from .errors import (  # noqa: E402
     ConfigError,

@@ -1,11 +1,13 @@
 """The Python API: what the CLI calls, and what applications import.
 
-No click and no SQL here: SQL lives in ``backends/``, rendering in ``cli.py``.
+No click and no SQL here: SQL lives in ``backends/``, rendering in ``cli.py`` and
+``render.py``; the operators' commands' logic in ``operate.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import datetime
 from typing import Any
 
 from . import payloads
@@ -15,7 +17,7 @@ from .config import Config, QueueConfig, load_config, validate_queue_name, valid
 from .drain_types import DrainOptions, DrainReport
 from .durations import parse_duration
 from .errors import ConfigError, InputRejected, PayloadTooLarge
-from .models import QueueStats
+from .models import ByIdResult, GcReport, Listing, Message, QueueStats
 
 # A batch is committed when it holds this many messages or this many bytes.
 BATCH_MESSAGES = 1000
@@ -195,6 +197,76 @@ class MQ:
         found = self.backend.stats(queue, lambda name: self.queue(name).stalled_after)
         names = [queue] if queue else sorted(set(found) | set(self.config.queues))
         return {name: found.get(name, QueueStats()) for name in names}
+
+    def now(self) -> datetime:
+        """The database's clock (UTC): every age mq shows is measured with it."""
+        return self.backend.now()
+
+    def list_messages(self, queue: str, status: str | None = None, limit: int = 100) -> Listing:
+        """The oldest ``limit`` messages of a queue (by id), of one status if given."""
+        from . import operate
+
+        return operate.list_messages(self.config, self.backend, queue, status, limit)
+
+    def show(self, ident: int) -> Message:
+        """One message with its payload and last_error; NotFound (exit 1) if there is none."""
+        from . import operate
+
+        return operate.show(self.backend, ident)
+
+    # -- operating --------------------------------------------------------
+
+    def gc(
+        self,
+        kind: str,
+        *,
+        queues: Sequence[str] = (),
+        older_than: float | None = None,
+        action: str | None = None,
+        notify: bool = False,
+        on_batch: Callable[[list[Message]], None] | None = None,
+    ) -> GcReport:
+        """Find ``kind`` ("stalled" or "failed") messages; with ``action`` "requeue" or
+        "delete" change them; with ``notify`` first call the queue's on_stalled/on_failed
+        callback with them. ``on_batch`` sees each batch as it goes: the matches when
+        listing, the messages changed (as they were found) with an action.
+
+        ``mq.gc("stalled", action="requeue")`` is ``mq gc --stalled --requeue``.
+        """
+        from . import operate
+
+        return operate.Gc(
+            self.config, self.backend, kind, queues=queues, older_than=older_than,
+            action=action, notify=notify, on_batch=on_batch,
+        ).run()  # fmt: skip
+
+    def retry(self, ids: Sequence[int], force: bool = False) -> ByIdResult:
+        """Back to ready now with error_count 0; a processing message only with ``force``."""
+        from . import operate
+
+        return operate.change_by_id(self.backend, "retry", ids, force)
+
+    def delete(self, ids: Sequence[int], force: bool = False) -> ByIdResult:
+        """Delete messages by id; a processing message only with ``force``."""
+        from . import operate
+
+        return operate.change_by_id(self.backend, "delete", ids, force)
+
+    def count(self, queue: str, status: str | None = None) -> int:
+        """How many live messages a queue holds (of one status)."""
+        counts = self.stats(queue)[queue]
+        by_status = {
+            "ready": counts.ready + counts.delayed,
+            "processing": counts.processing + counts.stalled,
+            "failed": counts.failed,
+        }
+        return sum(by_status.values()) if status is None else by_status[status]
+
+    def purge(self, queue: str, status: str | None = None) -> int:
+        """Delete all of a queue's messages (of one status), in bounded batches; how many."""
+        from . import operate
+
+        return operate.purge(self.backend, queue, status)
 
 
 def _stored_note(count: int) -> str:

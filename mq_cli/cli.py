@@ -9,13 +9,12 @@ import json
 import logging
 import os
 import sys
-import traceback
 from collections.abc import Callable
 from typing import Any
 
 import click
 
-from . import __version__
+from . import SCHEMA_VERSION, __version__
 from .durations import format_duration, parse_duration
 from .errors import MqError
 
@@ -77,6 +76,8 @@ class MqGroup(click.Group):
     def _report(ctx: click.Context, exc: BaseException, text: str) -> None:
         state = ctx.find_object(State)
         if state is not None and state.verbose:
+            import traceback
+
             traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
         for line in text.splitlines() or [""]:
             click.echo(f"mq: {line}", err=True)
@@ -120,7 +121,12 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 @click.option(
     "-v", "--verbose", count=True, help="Log more (repeat for debug); tracebacks on errors."
 )
-@click.version_option(__version__, "--version", prog_name="mq", message="%(prog)s %(version)s")
+@click.version_option(
+    __version__,
+    "--version",
+    prog_name="mq",
+    message=f"%(prog)s %(version)s (schema {SCHEMA_VERSION})",
+)
 @click.pass_context
 def cli(ctx: click.Context, config: str | None, database: str | None, verbose: int) -> None:
     """mq: a message queue in your database, drained by cron. No daemon.
@@ -343,15 +349,30 @@ def drain(
 @cli.command()
 @queue_option()
 @json_option
+@click.option(
+    "--prometheus", "prometheus_file", metavar="FILE",
+    help="Also write the figures to FILE in the node_exporter textfile format (atomically).",
+)  # fmt: skip
 @pass_state
-def stats(state: State, queue: str | None, as_json: bool) -> None:
+def stats(state: State, queue: str | None, as_json: bool, prometheus_file: str | None) -> None:
     """Counts per queue: ready, delayed, processing, stalled, failed, oldest ready age.
 
     \b
     Example:  mq stats
               mq stats -q thumbnails --json
+    Example (crontab, feeding node_exporter's textfile collector):
+      * * * * *  /opt/mq/bin/mq stats --prometheus /var/lib/node_exporter/mq.prom
     """
     result = state.mq.stats(queue)
+    if prometheus_file:
+        from . import prometheus
+
+        try:
+            prometheus.write(prometheus_file, prometheus.render(result))
+        except OSError as exc:
+            raise click.FileError(prometheus_file, exc.strerror) from None
+        if not as_json:
+            return
     if as_json:
         click.echo(json.dumps({name: s.to_json() for name, s in result.items()}))
         return
@@ -368,15 +389,14 @@ def stats(state: State, queue: str | None, as_json: bool) -> None:
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
-    cells = [headers] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = []
-    for row in cells:
-        parts = [row[0].ljust(widths[0])] + [
-            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
-        ]
-        lines.append("  ".join(parts).rstrip())
-    return "\n".join(lines)
+    from .render import table
+
+    return table(headers, rows)
+
+
+# The operators' commands (gc, list, show, retry, delete, purge) live in their
+# own module; importing it registers them on the group above.
+from . import cli_operate  # noqa: E402, F401
 
 
 def main() -> None:

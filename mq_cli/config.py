@@ -43,6 +43,10 @@ class QueueConfig:
     batch_size: int = 10
     concurrency: int = 1
     unique_retention: float = 0.0
+    requeue_stalled: bool = False  # `mq drain` requeues the queue's stalled messages first
+    group_ack: bool = False  # delete a batch's successes in one statement (see README)
+    on_stalled: str | None = None  # callback for `mq gc --stalled --notify`
+    on_failed: str | None = None  # callback for `mq gc --errors --notify`
 
     def backoff(self, error_count: int) -> float:
         """Seconds to wait before the next try after ``error_count`` failures (>= 1)."""
@@ -74,6 +78,12 @@ def _handler(value: object) -> str:
     return value.strip()
 
 
+def _bool(value: object) -> bool:
+    if not isinstance(value, bool):  # 1 or "false" (quoted) would be truthy surprises
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
 def _positive_duration(value: object) -> float:
     seconds = parse_duration(value)
     if seconds <= 0:
@@ -92,6 +102,10 @@ QUEUE_KEYS: dict[str, Any] = {
     "batch_size": _positive_int(1, 10_000),
     "concurrency": _positive_int(1, 256),
     "unique_retention": parse_duration,
+    "requeue_stalled": _bool,
+    "group_ack": _bool,
+    "on_stalled": _handler,
+    "on_failed": _handler,
 }
 TOP_KEYS = ("database", "table", "lock_dir", "defaults", "queues")
 DATABASE_KEYS = (

@@ -48,7 +48,8 @@ class Drain:
         self.report = DrainReport()
         self.signals = 0
         self.runner: handlers.Runner | None = None
-        self.held: list[int] = []  # ids this drain holds right now
+        self.held: list[int] = []  # claimed ids not started yet
+        self.done: list[Message] = []  # succeeded, deletion deferred (group_ack)
         self._backend: Backend | None = None
 
     # -- setup --------------------------------------------------------------
@@ -132,6 +133,8 @@ class Drain:
 
     def _drain_queue(self, queue: QueueConfig, path: str) -> None:
         self._db(lambda b: b.purge_tombstones(queue.name))
+        if queue.requeue_stalled:
+            self._requeue_stalled(queue)
         runner = handlers.make_runner(path, queue.format)
         self.runner = runner
         try:
@@ -149,6 +152,20 @@ class Drain:
         finally:
             self.runner = None
             runner.close()
+
+    def _requeue_stalled(self, queue: QueueConfig) -> None:
+        """`requeue_stalled: true`: what `mq gc --stalled --requeue -q QUEUE` would do."""
+        from .operate import requeue_stalled
+
+        changed, failed = self._db(lambda b: requeue_stalled(b, queue))
+        if changed:
+            # Worth a mail from cron: a drain died holding these.
+            log.warning(
+                "queue %s: requeued %d stalled message(s) (no heartbeat for over %s: their "
+                "drain died?)%s",
+                queue.name, changed, _seconds(queue.stalled_after),
+                f"; {failed} reached max_errors and are now failed" if failed else "",
+            )  # fmt: skip
 
     def _idle(self, pause: float) -> float:
         """Sleep before polling again with --wait: short at first, growing to a second."""
@@ -193,8 +210,14 @@ class Drain:
                 if self.signals > 1 and not outcome.ok:
                     outcome = handlers.Outcome(ok=False, error="interrupted: the drain was stopped")
                 self.held = [m.id for m in batch[index + 1 :]]
+                if outcome.ok and self._deferrable(queue, message):
+                    self.report.succeeded += 1
+                    self.done.append(message)
+                    continue
                 self._acknowledge(queue, message, outcome, time.monotonic() - started)
         finally:
+            if self.done:
+                self._acknowledge_group(queue)
             if self.held:
                 returned = self._db(lambda b: b.release(self.held, self.owner))
                 self.report.returned += returned
@@ -202,6 +225,26 @@ class Drain:
                     "queue %s: returned %d unstarted message(s) to ready", queue.name, returned
                 )
                 self.held = []
+
+    @staticmethod
+    def _deferrable(queue: QueueConfig, message: Message) -> bool:
+        # A tombstone (unique_retention) needs its own UPDATE; everything else can
+        # wait for the batch's one DELETE.
+        return queue.group_ack and not (queue.unique_retention > 0 and message.unique_key)
+
+    def _acknowledge_group(self, queue: QueueConfig) -> None:
+        """One DELETE for the batch's successes: a crash before it re-runs them (at most a batch)."""
+        ids = [m.id for m in self.done]
+        deleted = self._db(lambda b: b.ack_success_many(ids, self.owner))
+        self.done = []
+        log.info("queue %s: %d message(s) done (one acknowledgement)", queue.name, deleted)
+        if deleted < len(ids):
+            self.report.lost += len(ids) - deleted
+            log.warning(
+                "queue %s: %d succeeded message(s) were no longer held by this drain "
+                "(requeued by an operator or gc?)",
+                queue.name, len(ids) - deleted,
+            )  # fmt: skip
 
     def _acknowledge(
         self, queue: QueueConfig, message: Message, outcome: handlers.Outcome, seconds: float
@@ -241,10 +284,11 @@ class Drain:
 
     def _heartbeat(self) -> None:
         self._last_beat = time.monotonic()
-        if not self.held:
+        ids = self.held + [m.id for m in self.done]
+        if not ids:
             return
         try:
-            self._db(lambda b: b.heartbeat(self.held, self.owner), patience=2.0)
+            self._db(lambda b: b.heartbeat(ids, self.owner), patience=2.0)
         except DatabaseError as exc:
             # The handler is still running; the acknowledgement will try again.
             log.warning("heartbeat failed: %s", exc)

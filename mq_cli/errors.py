@@ -23,6 +23,12 @@ class PayloadTooLarge(InputRejected):
     """A payload is larger than the database accepts in one statement."""
 
 
+class NotFound(MqError):
+    """The message asked for does not exist (any more)."""
+
+    exit_code = 1
+
+
 class ConfigError(MqError):
     """Bad configuration or usage; nothing was changed."""
 

@@ -32,6 +32,8 @@ class Message:
     heartbeat_at: datetime | None = None
 
     def to_json(self, with_payload: bool = False) -> dict[str, object]:
+        """The --json form (`list`, `gc`, `show`, notify callbacks): times ISO 8601 UTC;
+        the payload only ``with_payload``, as text if it is UTF-8, else base64."""
         data: dict[str, object] = {
             "id": self.id,
             "queue": self.queue,
@@ -43,9 +45,9 @@ class Message:
             "unique_key": self.unique_key,
             "owner": self.owner,
             "heartbeat_at": iso(self.heartbeat_at),
+            "last_error": self.last_error,
         }
         if with_payload:
-            data["last_error"] = self.last_error
             payload = self.payload or b""
             try:
                 data["payload"] = payload.decode("utf-8")
@@ -90,3 +92,49 @@ class EnqueueResult:
     @property
     def skipped(self) -> int:
         return sum(1 for i in self.ids if i is None)
+
+
+@dataclass
+class Listing:
+    """A page of messages as `mq list` shows them, with the database's clock for ages."""
+
+    queue: str
+    now: datetime
+    messages: list[Message]
+    more: bool = False  # more messages matched than the limit allowed
+    stalled_after: float = 3600.0  # the queue's, to tell stalled from live claims
+
+
+@dataclass
+class ByIdResult:
+    """What `retry` / `delete` did with the ids they were given."""
+
+    done: list[int] = field(default_factory=list)
+    refused: dict[int, str] = field(default_factory=dict)  # processing: id -> owner
+    missing: list[int] = field(default_factory=list)  # no such message (or a tombstone)
+
+
+@dataclass
+class GcQueueResult:
+    """What `gc` found and did in one queue."""
+
+    queue: str
+    matched: int = 0
+    changed: int = 0  # requeued or deleted
+    now_failed: int = 0  # stalled messages requeued into `failed` (max_errors reached)
+    notify_error: str | None = None  # the callback failed: nothing was changed
+
+
+@dataclass
+class GcReport:
+    kind: str  # "stalled" or "failed"
+    action: str | None  # None (list only), "requeue" or "delete"
+    queues: list[GcQueueResult] = field(default_factory=list)
+
+    @property
+    def matched(self) -> int:
+        return sum(q.matched for q in self.queues)
+
+    @property
+    def notify_failed(self) -> bool:
+        return any(q.notify_error for q in self.queues)

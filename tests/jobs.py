@@ -53,3 +53,26 @@ class Counter:
     def __call__(self, payload: object) -> None:
         self.seen += 1
         _log(payload, seen=self.seen)
+
+
+def notify_record(messages: list) -> None:
+    """An on_stalled/on_failed callback: logs the list it got, its queue, and the
+    queue's counts in the database at that moment (to show it ran before any action)."""
+    import mq_cli
+
+    queue = handlers.current_message().queue
+    with mq_cli.connect(database=os.environ["MQ_DATABASE_URL"]) as mq:
+        counts = mq.stats(queue)[queue].to_json()
+    _log(messages, queue=queue, counts=counts)
+
+
+def notify_fail(messages: list) -> None:
+    raise RuntimeError("the pager is down")
+
+
+def notify_finish_first(messages: list) -> None:
+    """A callback during which the first message finishes (deleted as its drain would)."""
+    import mq_cli
+
+    with mq_cli.connect(database=os.environ["MQ_DATABASE_URL"]) as mq:
+        mq.delete([messages[0]["id"]], force=True)

@@ -264,3 +264,33 @@ def test_verbose_logs_each_message(db, ran):
     (ident,) = enqueue(db, "jobs", '"x"')
     result = db.run("-v", "drain", "-q", "jobs", "--handler", "tests.jobs:record")
     assert f"message {ident} done" in result.stderr
+
+
+def test_group_ack_deletes_a_batch_in_one_statement(db, ran, tmp_path):
+    config(
+        tmp_path,
+        "defaults: {retry_delay: 1h}\n"
+        "queues:\n  jobs: {handler: 'tests.jobs:fail_when_asked', group_ack: true, batch_size: 50}\n",
+    )
+    payloads = [json.dumps({"n": i, "fail": i % 10 == 3}) for i in range(120)]
+    enqueue(db, "jobs", *payloads)
+    result = db.run("-v", "drain", "-q", "jobs", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["succeeded"] == 108 and report["failed"] == 12
+    assert "(one acknowledgement)" in result.stderr
+    assert len(ran()) == 120
+    left = rows(db, "jobs")  # only the failures are left, backing off
+    assert len(left) == 12 and {r[1] for r in left} == {"ready"}
+
+
+def test_group_ack_still_keeps_unique_tombstones(db, ran, tmp_path):
+    config(
+        tmp_path,
+        "queues:\n  jobs: {handler: 'tests.jobs:record', group_ack: true, unique_retention: 1h}\n",
+    )
+    enqueue(db, "jobs", '"keyed"', extra=("--unique-key", "k"))
+    enqueue(db, "jobs", '"plain"')
+    assert db.run("drain", "-q", "jobs").exit_code == 0
+    assert db.run("enqueue", "-q", "jobs", "--unique-key", "k", '"again"').stdout == ""
+    assert sorted(r["payload"] for r in ran()) == ["keyed", "plain"]

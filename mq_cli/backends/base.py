@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from functools import cache
-from importlib import resources
 
-from ..models import Message, QueueStats
+from .. import SCHEMA_VERSION
+from ..models import ByIdResult, Message, QueueStats
 
 
 def placeholders(count: int, mark: str) -> str:
@@ -16,16 +18,24 @@ def placeholders(count: int, mark: str) -> str:
     return ", ".join([mark] * count)
 
 
-SCHEMA_VERSION = 1
+#: ids per operator statement (gc, retry, delete, purge): each batch is its own
+#: short transaction, so clearing a million rows never holds a long lock
+OPERATE_BATCH = 1000
 _HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+
+def _read_sql(dialect: str) -> str:
+    # A plain file beside this module (package data); importlib.resources would
+    # add ~8 ms to every cold start of the CLI.
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sql", f"{dialect}.sql")
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
 
 
 @cache
 def load_queries(dialect: str) -> dict[str, str]:
     """The ``-- name: x`` blocks of ``sql/<dialect>.sql`` as {name: statement}."""
-    text = (
-        resources.files(__package__).joinpath("sql").joinpath(f"{dialect}.sql").read_text("utf-8")
-    )
+    text = _read_sql(dialect)
     parts = _HEADER.split(text)
     queries: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
@@ -117,6 +127,82 @@ class Backend(ABC):
     def explain_claim(self, queue: str, limit: int) -> list[str]:
         """The database's plan for the claim query, one line per row."""
 
+    # -- operating (gc, list, show, retry, delete, purge) -------------------
+    #
+    # Messages come back without their payload (except from get_message), and
+    # tombstones (status 'done') are never seen. Methods that take ``ids``
+    # expect a bounded batch (callers pass at most OPERATE_BATCH); each call is
+    # its own short transaction.
+
+    @abstractmethod
+    def now(self) -> datetime:
+        """The database's clock, UTC (ages and "available in" are measured with it)."""
+
+    @abstractmethod
+    def queues_with_status(self, status: str) -> list[str]:
+        """The queues holding at least one message in ``status``."""
+
+    @abstractmethod
+    def list_messages(
+        self, queue: str, status: str | None, after_id: int, limit: int
+    ) -> list[Message]:
+        """Up to ``limit`` messages with id > ``after_id``, by id; ``status`` None: any live one."""
+
+    @abstractmethod
+    def find_stalled(
+        self, queue: str, older_than: float, after_id: int | None, limit: int
+    ) -> list[Message]:
+        """`processing` messages whose heartbeat is more than ``older_than`` seconds old:
+        by id after ``after_id``, or (``after_id`` None) any ``limit`` of them, cheapest first."""
+
+    @abstractmethod
+    def find_failed(self, queue: str, after_id: int | None, limit: int) -> list[Message]:
+        """`failed` messages: by id after ``after_id``, or (None) any ``limit`` of them."""
+
+    @abstractmethod
+    def requeue_stalled(
+        self,
+        queue: str,
+        ids: Sequence[int],
+        older_than: float,
+        max_errors: int,
+        note: tuple[str, str],
+    ) -> tuple[list[int], list[int]]:
+        """Those of ``ids`` still stalled back to `ready` with error_count + 1, or to
+        `failed` when that reaches ``max_errors``; last_error = note[0] + owner + note[1].
+        One transaction: the rows still matching are locked, then exactly they change.
+        Returns (ids now ready, ids now failed)."""
+
+    @abstractmethod
+    def delete_stalled(self, queue: str, ids: Sequence[int], older_than: float) -> list[int]:
+        """Delete those of ``ids`` still stalled; the ids deleted."""
+
+    @abstractmethod
+    def requeue_failed(self, queue: str, ids: Sequence[int]) -> list[int]:
+        """Those of ``ids`` still `failed` back to `ready` now, error_count 0; their ids."""
+
+    @abstractmethod
+    def delete_failed(self, queue: str, ids: Sequence[int]) -> list[int]:
+        """Delete those of ``ids`` still `failed`; the ids deleted."""
+
+    @abstractmethod
+    def get_message(self, ident: int) -> Message | None:
+        """One live message with its payload, or None."""
+
+    @abstractmethod
+    def change_by_id(self, action: str, ids: Sequence[int], force: bool) -> ByIdResult:
+        """``action`` "retry" (ready now, error_count 0) or "delete" on ``ids``, in one
+        transaction; a `processing` message is refused unless ``force``."""
+
+    @abstractmethod
+    def last_id(self, queue: str) -> int | None:
+        """The highest id in ``queue`` (tombstones included), None when empty."""
+
+    @abstractmethod
+    def purge(self, queue: str, status: str | None, up_to_id: int, limit: int) -> int:
+        """Delete up to ``limit`` messages of ``queue`` with id <= ``up_to_id``: of
+        ``status``, or (None) every live one; status "done" deletes tombstones. How many."""
+
     def reconnect(self) -> None:  # noqa: B027 - SQLite has nothing to reconnect
         """Open a fresh connection after a lost one (only MySQL connections get lost)."""
 
@@ -130,4 +216,13 @@ class Backend(ABC):
         self.close()
 
 
-__all__ = ["Backend", "Message", "QueueStats", "SCHEMA_VERSION", "load_queries", "placeholders"]
+__all__ = [
+    "OPERATE_BATCH",
+    "SCHEMA_VERSION",
+    "Backend",
+    "ByIdResult",
+    "Message",
+    "QueueStats",
+    "load_queries",
+    "placeholders",
+]

@@ -24,7 +24,8 @@ from ..errors import (
     SchemaMissing,
 )
 from ..models import Message, QueueStats
-from .base import SCHEMA_VERSION, Backend, load_queries, placeholders
+from .base import SCHEMA_VERSION, load_queries, placeholders
+from .mysql_operate import MysqlOperate
 
 T = TypeVar("T")
 
@@ -90,7 +91,7 @@ class ServerInfo:
         return self.mariadb and self.version >= (10, 5, 0)
 
 
-class MysqlBackend(Backend):
+class MysqlBackend(MysqlOperate):
     kind = "mysql"
 
     def __init__(self, settings: DatabaseSettings, table: str, *, create: bool = False):

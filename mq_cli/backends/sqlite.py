@@ -11,7 +11,8 @@ from datetime import datetime, timezone
 from ..dburl import DatabaseSettings
 from ..errors import DatabaseError, SchemaMissing
 from ..models import Message, QueueStats
-from .base import SCHEMA_VERSION, Backend, load_queries, placeholders
+from .base import SCHEMA_VERSION, load_queries, placeholders
+from .sqlite_operate import SqliteOperate
 
 # Two writer processes on one file are served unfairly (FIELD-NOTES, trap 5): a
 # claim may wait seconds for its turn. Only a long busy timeout keeps
@@ -47,7 +48,7 @@ def ddl(table: str) -> list[str]:
     ]
 
 
-class SqliteBackend(Backend):
+class SqliteBackend(SqliteOperate):
     kind = "sqlite"
     max_payload = 1_000_000_000 - 1024
 

@@ -137,3 +137,145 @@ WHERE id IN ({ids}) AND owner = %s AND status = 'processing'
 DELETE FROM `{table}`
 WHERE queue = %s AND status = 'done' AND available_at <= UTC_TIMESTAMP(6)
 LIMIT 1000
+
+-- Operators: gc, list, show, retry, delete, purge. A message row without its
+-- payload is the "listed" columns: id, queue, status, priority, error_count,
+-- created_at, available_at, unique_key, last_error, owner, heartbeat_at.
+-- Tombstones (status 'done') are never listed, shown, counted or changed here.
+
+-- name: now
+SELECT UTC_TIMESTAMP(6)
+
+-- name: queues_with_status
+SELECT DISTINCT queue FROM `{table}` WHERE status = %s ORDER BY queue
+
+-- name: list_all
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM `{table}`
+WHERE queue = %s AND status IN ('ready', 'processing', 'failed') AND id > %s
+ORDER BY id
+LIMIT %s
+
+-- name: list_status
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM `{table}`
+WHERE queue = %s AND status = %s AND id > %s
+ORDER BY id
+LIMIT %s
+
+-- name: find_stalled
+-- Stalled: processing, heartbeat older than the bound (microseconds).
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM `{table}`
+WHERE queue = %s AND status = 'processing'
+  AND heartbeat_at < TIMESTAMPADD(MICROSECOND, -%s, UTC_TIMESTAMP(6))
+  AND id > %s
+ORDER BY id
+LIMIT %s
+
+-- name: pick_stalled
+-- Any stalled messages, in whatever order is cheapest: gc acts on these, which
+-- then stop matching, so the next pick finds the next ones (no ORDER BY sort
+-- over a million rows per batch).
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM `{table}`
+WHERE queue = %s AND status = 'processing'
+  AND heartbeat_at < TIMESTAMPADD(MICROSECOND, -%s, UTC_TIMESTAMP(6))
+LIMIT %s
+
+-- name: pick_failed
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM `{table}`
+WHERE queue = %s AND status = 'failed'
+LIMIT %s
+
+-- name: lock_stalled
+-- A gc batch first locks those of its ids that still match, then changes
+-- exactly these (the change repeats the match too): what it reports changed is
+-- what it changed, and a message that finished, heartbeated or was claimed
+-- again meanwhile is left alone.
+SELECT id, error_count FROM `{table}`
+WHERE id IN ({ids}) AND queue = %s AND status = 'processing'
+  AND heartbeat_at < TIMESTAMPADD(MICROSECOND, -%s, UTC_TIMESTAMP(6))
+FOR UPDATE
+
+-- name: lock_failed
+SELECT id FROM `{table}`
+WHERE id IN ({ids}) AND queue = %s AND status = 'failed'
+FOR UPDATE
+
+-- name: requeue_stalled_ready
+-- Each gc action repeats its match, so a message that finished, heartbeated or
+-- was claimed again since it was listed is not touched. MySQL assigns left to
+-- right, so last_error reads owner before owner is cleared.
+UPDATE `{table}`
+SET status = 'ready', last_error = CONCAT(%s, COALESCE(owner, 'unknown'), %s),
+    error_count = error_count + 1, owner = NULL, heartbeat_at = NULL,
+    available_at = UTC_TIMESTAMP(6)
+WHERE id IN ({ids}) AND queue = %s AND status = 'processing'
+  AND heartbeat_at < TIMESTAMPADD(MICROSECOND, -%s, UTC_TIMESTAMP(6))
+  AND error_count + 1 < %s
+
+-- name: requeue_stalled_failed
+-- Requeuing a stalled message counts as a failure: at max_errors it is failed.
+UPDATE `{table}`
+SET status = 'failed', last_error = CONCAT(%s, COALESCE(owner, 'unknown'), %s),
+    error_count = error_count + 1, owner = NULL, heartbeat_at = NULL,
+    available_at = UTC_TIMESTAMP(6)
+WHERE id IN ({ids}) AND queue = %s AND status = 'processing'
+  AND heartbeat_at < TIMESTAMPADD(MICROSECOND, -%s, UTC_TIMESTAMP(6))
+  AND error_count + 1 >= %s
+
+-- name: delete_stalled
+DELETE FROM `{table}`
+WHERE id IN ({ids}) AND queue = %s AND status = 'processing'
+  AND heartbeat_at < TIMESTAMPADD(MICROSECOND, -%s, UTC_TIMESTAMP(6))
+
+-- name: requeue_failed
+UPDATE `{table}`
+SET status = 'ready', error_count = 0, owner = NULL, heartbeat_at = NULL,
+    available_at = UTC_TIMESTAMP(6)
+WHERE id IN ({ids}) AND queue = %s AND status = 'failed'
+
+-- name: delete_failed
+DELETE FROM `{table}` WHERE id IN ({ids}) AND queue = %s AND status = 'failed'
+
+-- name: get_message
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at, payload
+FROM `{table}`
+WHERE id = %s AND status IN ('ready', 'processing', 'failed')
+
+-- name: lock_ids
+-- retry/delete by id: lock the rows first, so what is refused (processing) and
+-- what is changed are decided on the same state.
+SELECT id, status, owner FROM `{table}`
+WHERE id IN ({ids}) AND status IN ('ready', 'processing', 'failed')
+FOR UPDATE
+
+-- name: retry_ids
+UPDATE `{table}`
+SET status = 'ready', error_count = 0, owner = NULL, heartbeat_at = NULL,
+    available_at = UTC_TIMESTAMP(6)
+WHERE id IN ({ids}) AND status IN ('ready', 'processing', 'failed')
+
+-- name: delete_ids
+DELETE FROM `{table}` WHERE id IN ({ids}) AND status IN ('ready', 'processing', 'failed')
+
+-- name: last_id
+SELECT MAX(id) FROM `{table}` WHERE queue = %s
+
+-- name: purge_live
+-- A bounded batch of a queue's messages, up to the last id when purge started
+-- (so a producer's new messages are not chased).
+DELETE FROM `{table}`
+WHERE queue = %s AND status IN ('ready', 'processing', 'failed') AND id <= %s LIMIT %s
+
+-- name: purge_status
+-- One status, or 'done': the tombstones of unique keys.
+DELETE FROM `{table}` WHERE queue = %s AND status = %s AND id <= %s LIMIT %s

@@ -118,3 +118,140 @@ WHERE id IN ({ids}) AND owner = ? AND status = 'processing'
 DELETE FROM "{table}" WHERE id IN (
   SELECT id FROM "{table}" WHERE queue = ? AND status = 'done' AND available_at <= {now} LIMIT 1000
 )
+
+-- Operators: gc, list, show, retry, delete, purge. A message row without its
+-- payload is the "listed" columns: id, queue, status, priority, error_count,
+-- created_at, available_at, unique_key, last_error, owner, heartbeat_at.
+-- Tombstones (status 'done') are never listed, shown, counted or changed here.
+-- Stalled bounds are '-N seconds' modifiers of now.
+
+-- name: now
+SELECT {now}
+
+-- name: queues_with_status
+SELECT DISTINCT queue FROM "{table}" WHERE status = ? ORDER BY queue
+
+-- name: list_all
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM "{table}"
+WHERE queue = ? AND status IN ('ready', 'processing', 'failed') AND id > ?
+ORDER BY id
+LIMIT ?
+
+-- name: list_status
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM "{table}"
+WHERE queue = ? AND status = ? AND id > ?
+ORDER BY id
+LIMIT ?
+
+-- name: find_stalled
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM "{table}"
+WHERE queue = ? AND status = 'processing'
+  AND heartbeat_at < strftime('%Y-%m-%d %H:%M:%f', 'now', ?)
+  AND id > ?
+ORDER BY id
+LIMIT ?
+
+-- name: pick_stalled
+-- Any stalled messages, in whatever order is cheapest: gc acts on these, which
+-- then stop matching, so the next pick finds the next ones.
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM "{table}"
+WHERE queue = ? AND status = 'processing'
+  AND heartbeat_at < strftime('%Y-%m-%d %H:%M:%f', 'now', ?)
+LIMIT ?
+
+-- name: pick_failed
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM "{table}"
+WHERE queue = ? AND status = 'failed'
+LIMIT ?
+
+-- name: lock_stalled
+-- A gc batch first locks those of its ids that still match, then changes
+-- exactly these (the change repeats the match too): what it reports changed is
+-- what it changed, and a message that finished, heartbeated or was claimed
+-- again meanwhile is left alone.
+SELECT id, error_count FROM "{table}"
+WHERE id IN ({ids}) AND queue = ? AND status = 'processing'
+  AND heartbeat_at < strftime('%Y-%m-%d %H:%M:%f', 'now', ?)
+
+-- name: lock_failed
+SELECT id FROM "{table}"
+WHERE id IN ({ids}) AND queue = ? AND status = 'failed'
+
+-- name: requeue_stalled_ready
+-- Each gc action repeats its match, so a message that finished, heartbeated or
+-- was claimed again since it was listed is not touched.
+UPDATE "{table}"
+SET status = 'ready', last_error = ? || COALESCE(owner, 'unknown') || ?,
+    error_count = error_count + 1, owner = NULL, heartbeat_at = NULL, available_at = {now}
+WHERE id IN ({ids}) AND queue = ? AND status = 'processing'
+  AND heartbeat_at < strftime('%Y-%m-%d %H:%M:%f', 'now', ?)
+  AND error_count + 1 < ?
+
+-- name: requeue_stalled_failed
+-- Requeuing a stalled message counts as a failure: at max_errors it is failed.
+UPDATE "{table}"
+SET status = 'failed', last_error = ? || COALESCE(owner, 'unknown') || ?,
+    error_count = error_count + 1, owner = NULL, heartbeat_at = NULL, available_at = {now}
+WHERE id IN ({ids}) AND queue = ? AND status = 'processing'
+  AND heartbeat_at < strftime('%Y-%m-%d %H:%M:%f', 'now', ?)
+  AND error_count + 1 >= ?
+
+-- name: delete_stalled
+DELETE FROM "{table}"
+WHERE id IN ({ids}) AND queue = ? AND status = 'processing'
+  AND heartbeat_at < strftime('%Y-%m-%d %H:%M:%f', 'now', ?)
+
+-- name: requeue_failed
+UPDATE "{table}"
+SET status = 'ready', error_count = 0, owner = NULL, heartbeat_at = NULL, available_at = {now}
+WHERE id IN ({ids}) AND queue = ? AND status = 'failed'
+
+-- name: delete_failed
+DELETE FROM "{table}" WHERE id IN ({ids}) AND queue = ? AND status = 'failed'
+
+-- name: get_message
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at, payload
+FROM "{table}"
+WHERE id = ? AND status IN ('ready', 'processing', 'failed')
+
+-- name: lock_ids
+-- retry/delete by id, inside BEGIN IMMEDIATE: what is refused (processing) and
+-- what is changed are decided on the same state.
+SELECT id, status, owner FROM "{table}"
+WHERE id IN ({ids}) AND status IN ('ready', 'processing', 'failed')
+
+-- name: retry_ids
+UPDATE "{table}"
+SET status = 'ready', error_count = 0, owner = NULL, heartbeat_at = NULL, available_at = {now}
+WHERE id IN ({ids}) AND status IN ('ready', 'processing', 'failed')
+
+-- name: delete_ids
+DELETE FROM "{table}" WHERE id IN ({ids}) AND status IN ('ready', 'processing', 'failed')
+
+-- name: last_id
+SELECT MAX(id) FROM "{table}" WHERE queue = ?
+
+-- name: purge_live
+-- A bounded batch of a queue's messages, up to the last id when purge started
+-- (so a producer's new messages are not chased).
+DELETE FROM "{table}" WHERE id IN (
+  SELECT id FROM "{table}"
+  WHERE queue = ? AND status IN ('ready', 'processing', 'failed') AND id <= ? LIMIT ?
+)
+
+-- name: purge_status
+-- One status, or 'done': the tombstones of unique keys.
+DELETE FROM "{table}" WHERE id IN (
+  SELECT id FROM "{table}" WHERE queue = ? AND status = ? AND id <= ? LIMIT ?
+)

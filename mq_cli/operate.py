@@ -1,0 +1,302 @@
+"""What operators do to messages: gc of stalled and failed ones, list, show, retry, delete, purge.
+
+No click and no SQL: these functions drive the backend's operator methods in
+bounded batches (``OPERATE_BATCH`` ids per statement, each its own short
+transaction, so clearing a million rows never holds a long lock) and return
+plain results for the CLI to render.
+
+Every change repeats its match in the statement itself: a message that
+finished, heartbeated again or was claimed again between being found and being
+changed is left alone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
+
+from . import handlers
+from .backends.base import OPERATE_BATCH, Backend
+from .config import Config, QueueConfig, validate_queue_name
+from .durations import format_duration
+from .errors import ConfigError, MqError, NotFound
+from .models import STATUSES, ByIdResult, GcQueueResult, GcReport, Listing, Message
+
+KINDS = {"stalled": "processing", "failed": "failed"}  # gc kind -> the status it looks in
+ACTIONS = ("requeue", "delete")
+CALLBACK_KEYS = {"stalled": "on_stalled", "failed": "on_failed"}
+
+OnBatch = Callable[[list[Message]], None]
+T = TypeVar("T")
+
+
+def _chunks(items: Sequence[T], size: int = OPERATE_BATCH) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def stalled_note(older_than: float, by: str) -> tuple[str, str]:
+    """last_error of a requeued stalled message, around its dead drain's owner token."""
+    return (
+        f"stalled: no heartbeat for over {format_duration(older_than)} from its drain ",
+        f"; requeued by {by}",
+    )
+
+
+# -- gc ---------------------------------------------------------------------------
+
+
+class Gc:
+    """One `mq gc` run: find the stalled or failed messages, notify, requeue or delete."""
+
+    def __init__(
+        self,
+        config: Config,
+        backend: Backend,
+        kind: str,
+        *,
+        queues: Sequence[str] = (),
+        older_than: float | None = None,
+        action: str | None = None,
+        notify: bool = False,
+        on_batch: OnBatch | None = None,
+    ):
+        if kind not in KINDS:
+            raise ConfigError(f"gc looks for {' or '.join(KINDS)} messages, not {kind!r}")
+        if action is not None and action not in ACTIONS:
+            raise ConfigError(f"gc can {' or '.join(ACTIONS)}, not {action!r}")
+        if older_than is not None and kind != "stalled":
+            raise ConfigError("--older-than applies to stalled messages only")
+        self.config = config
+        self.backend = backend
+        self.kind = kind
+        self.queues = [validate_queue_name(q) for q in dict.fromkeys(queues)]
+        self.older_than = older_than
+        self.action = action
+        self.notify = notify
+        # Sees each batch as it goes: the matches when listing, the messages
+        # changed (as they were found) when requeuing or deleting.
+        self.on_batch = on_batch
+        if notify:
+            self._check_callbacks()
+
+    def _check_callbacks(self) -> None:
+        """Every callback --notify may call, checked before anything is changed (exit 2)."""
+        key = CALLBACK_KEYS[self.kind]
+        named = {q: getattr(self.config.queue(q), key) for q in self.queues}
+        for queue, path in named.items():
+            if not path:
+                raise ConfigError(
+                    f"--notify: queue {queue!r} has no {key} callback; set queues.{queue}.{key} "
+                    f"or defaults.{key} in the config"
+                )
+        every = [self.config.defaults, *self.config.queues.values()]
+        paths = set(named.values()) if named else {getattr(q, key) for q in every} - {None}
+        if not paths:
+            raise ConfigError(
+                f"--notify: no {key} callback is configured; set defaults.{key} "
+                "(or a queue's) in the config"
+            )
+        for path in sorted(paths):
+            handlers.resolve(path)
+
+    def run(self) -> GcReport:
+        report = GcReport(self.kind, self.action)
+        names = self.queues or self.backend.queues_with_status(KINDS[self.kind])
+        for name in names:
+            queue = self.config.queue(name)
+            bound = self.older_than if self.older_than is not None else queue.stalled_after
+            result = GcQueueResult(name)
+            report.queues.append(result)
+            if self.action is None or self.notify:
+                self._list_then_act(queue, bound, result)
+            else:
+                act_as_found(
+                    self.backend, self.kind, self.action, queue, bound, result, self.on_batch
+                )
+        return report
+
+    def _list_then_act(self, queue: QueueConfig, bound: float, result: GcQueueResult) -> None:
+        matched: list[Message] = []
+        after = 0
+        while page := find(self.backend, self.kind, queue.name, bound, after):
+            result.matched += len(page)
+            after = page[-1].id
+            if self.action is None and self.on_batch is not None:
+                self.on_batch(page)
+            if self.notify:
+                matched += page
+        if not matched:
+            return
+        result.notify_error = self._call(queue, matched)
+        if result.notify_error is None and self.action is not None:
+            for batch in _chunks(matched):
+                changed = change(self.backend, self.kind, self.action, queue, bound, batch, result)
+                if self.on_batch is not None and changed:
+                    self.on_batch(changed)
+
+    def _call(self, queue: QueueConfig, messages: list[Message]) -> str | None:
+        """Run the queue's callback once with all its matches; the error if it failed."""
+        key = CALLBACK_KEYS[self.kind]
+        path = getattr(queue, key)  # the queue's own, else the defaults'
+        if not path:
+            return f"no {key} callback is configured for it (set defaults.{key})"
+        return call_back(path, queue, messages)
+
+
+def find(backend: Backend, kind: str, queue: str, bound: float, after: int | None) -> list[Message]:
+    """A batch of matches: by id after ``after``, or (None) any batch, cheapest first."""
+    if kind == "stalled":
+        return backend.find_stalled(queue, bound, after, OPERATE_BATCH)
+    return backend.find_failed(queue, after, OPERATE_BATCH)
+
+
+def change(
+    backend: Backend,
+    kind: str,
+    action: str,
+    queue: QueueConfig,
+    bound: float,
+    batch: Sequence[Message],
+    result: GcQueueResult,
+    by: str = "mq gc --stalled --requeue",
+) -> list[Message]:
+    """Requeue or delete those of ``batch`` that still match, counted into ``result``;
+    the ones changed (as they were found)."""
+    name, ids = queue.name, [m.id for m in batch]
+    if kind == "stalled" and action == "requeue":
+        note = stalled_note(bound, by)
+        ready, failed = backend.requeue_stalled(name, ids, bound, queue.max_errors, note)
+        done = set(ready) | set(failed)
+        result.now_failed += len(failed)
+    elif kind == "stalled":
+        done = set(backend.delete_stalled(name, ids, bound))
+    elif action == "requeue":
+        done = set(backend.requeue_failed(name, ids))
+    else:
+        done = set(backend.delete_failed(name, ids))
+    result.changed += len(done)
+    return [m for m in batch if m.id in done]
+
+
+def act_as_found(
+    backend: Backend,
+    kind: str,
+    action: str,
+    queue: QueueConfig,
+    bound: float,
+    result: GcQueueResult,
+    on_changed: OnBatch | None = None,
+    by: str = "mq gc --stalled --requeue",
+) -> None:
+    """Find a batch, change it, repeat. What was changed no longer matches, nor what
+    changed meanwhile, so each pick finds the next ones: no sort over all matches per
+    batch, and memory stays bounded however many there are."""
+    while batch := find(backend, kind, queue.name, bound, None):
+        result.matched += len(batch)
+        changed = change(backend, kind, action, queue, bound, batch, result, by)
+        if on_changed is not None and changed:
+            on_changed(changed)
+
+
+def call_back(path: str, queue: QueueConfig, messages: list[Message]) -> str | None:
+    """Call an on_stalled/on_failed callback with the messages as a JSON list; None if it
+    succeeded, else why not. A Python callback receives the list (its queue is in
+    ``mq_cli.current_message().queue``); an ``exec:`` one reads the JSON on stdin."""
+    payload = json.dumps([m.to_json() for m in messages]).encode()
+    info = handlers.MessageInfo(0, queue.name, 0, messages[0].created_at)
+    runner = handlers.make_runner(path, "json")
+    try:
+        runner.start()
+        outcome = runner.run(payload, info, queue.timeout or None, _nothing, 3600.0)
+    except MqError as exc:  # it imported at the check, and not in the child
+        return str(exc)
+    finally:
+        runner.close()
+    return None if outcome.ok else (outcome.error or "failed")
+
+
+def _nothing() -> None:
+    pass
+
+
+def requeue_stalled(backend: Backend, queue: QueueConfig) -> tuple[int, int]:
+    """`mq drain` with `requeue_stalled: true`: the same requeue as `mq gc --stalled
+    --requeue -q QUEUE`. Returns (requeued, of which now failed at max_errors)."""
+    result = GcQueueResult(queue.name)
+    by = "mq drain (requeue_stalled)"
+    act_as_found(backend, "stalled", "requeue", queue, queue.stalled_after, result, None, by)
+    return result.changed, result.now_failed
+
+
+# -- list, show -------------------------------------------------------------------
+
+
+def list_messages(
+    config: Config, backend: Backend, queue: str, status: str | None = None, limit: int = 100
+) -> Listing:
+    """The oldest ``limit`` live messages of ``queue`` (by id), of ``status`` if given."""
+    validate_queue_name(queue)
+    if status is not None and status not in STATUSES:
+        raise ConfigError(f"status must be one of {', '.join(STATUSES)}, not {status!r}")
+    if limit < 1:
+        raise ConfigError("the limit must be at least 1")
+    found: list[Message] = []
+    after = 0
+    while len(found) <= limit:
+        page = backend.list_messages(queue, status, after, min(OPERATE_BATCH, limit + 1))
+        if not page:
+            break
+        found += page
+        after = page[-1].id
+    stalled_after = config.queue(queue).stalled_after
+    return Listing(queue, backend.now(), found[:limit], len(found) > limit, stalled_after)
+
+
+def show(backend: Backend, ident: int) -> Message:
+    message = backend.get_message(ident)
+    if message is None:
+        raise NotFound(
+            f"no message {ident}: it never existed, or it succeeded or was deleted; "
+            "`mq list -q QUEUE` shows what is there"
+        )
+    return message
+
+
+# -- retry, delete, purge -------------------------------------------------------------
+
+
+def change_by_id(backend: Backend, action: str, ids: Sequence[int], force: bool) -> ByIdResult:
+    """`mq retry` / `mq delete`: the allowed ones are done; the refused (processing,
+    without ``force``) and missing ones are reported back."""
+    if action not in ("retry", "delete"):
+        raise ConfigError(f"unknown action {action!r}")
+    total = ByIdResult()
+    for chunk in _chunks(list(dict.fromkeys(ids))):
+        part = backend.change_by_id(action, chunk, force)
+        total.done += part.done
+        total.refused.update(part.refused)
+        total.missing += part.missing
+    return total
+
+
+def purge(backend: Backend, queue: str, status: str | None = None) -> int:
+    """Delete a queue's messages (of one status), in bounded batches; how many.
+
+    Only what exists when it starts: messages enqueued meanwhile stay. With no
+    status the queue's unique-key tombstones go too (not counted: not messages).
+    """
+    validate_queue_name(queue)
+    if status is not None and status not in STATUSES:
+        raise ConfigError(f"status must be one of {', '.join(STATUSES)}, not {status!r}")
+    last = backend.last_id(queue)
+    if last is None:
+        return 0
+    deleted = 0
+    while count := backend.purge(queue, status, last, OPERATE_BATCH):
+        deleted += count
+    if status is None:
+        while backend.purge(queue, "done", last, OPERATE_BATCH):
+            pass
+    return deleted

@@ -1,0 +1,308 @@
+"""Operators' look-and-fix commands: `mq list`, `mq show`, `mq retry`, `mq delete`, `mq purge`."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+
+import pytest
+
+from mq_cli.backends import open_backend
+from mq_cli.backends.mysql import MysqlBackend
+from mq_cli.backends.sqlite import SqliteBackend
+from mq_cli.dburl import parse_database_url
+
+
+def backend_for(db):
+    return open_backend(parse_database_url(db.url), "mq_messages")
+
+
+def enqueue(db, queue: str, *payloads: bytes, **kw) -> list[int]:
+    with backend_for(db) as b:
+        return b.enqueue(queue, list(payloads), **kw)
+
+
+def claim(db, queue: str, count: int, owner: str = "host:1:aa") -> list[int]:
+    with backend_for(db) as b:
+        return [m.id for m in b.claim(queue, count, owner)]
+
+
+def fail(db, queue: str, count: int, error: str = "Traceback ...\nValueError: boom") -> list[int]:
+    with backend_for(db) as b:
+        claimed = b.claim(queue, count, "me")
+        for m in claimed:
+            assert b.ack_failure(m, "me", error, 0, True)
+        return [m.id for m in claimed]
+
+
+def tombstone(db, queue: str, key: str = "k1") -> int:
+    """What a succeeded message with a unique key leaves behind (unique_retention)."""
+    with backend_for(db) as b:  # staged apart, so no other ready message is claimed
+        (ident,) = b.enqueue("staging", [b'"once"'], unique_key=key)
+        (m,) = b.claim("staging", 1, "me")
+        assert b.ack_success(m, "me", retention=3600)
+    db.sql("UPDATE mq_messages SET queue = %s WHERE id = %s", (queue, ident))
+    return ident
+
+
+def rows(db) -> list[tuple]:
+    return db.sql("SELECT id, status, error_count, owner FROM mq_messages ORDER BY id")
+
+
+def listed_ids(output: str) -> list[int]:
+    return [int(line.split()[0]) for line in output.splitlines() if re.match(r"^\d+\s", line)]
+
+
+# -- list -----------------------------------------------------------------------
+
+
+def test_list_shows_live_messages_oldest_first(db):
+    (failed,) = enqueue(db, "jobs", b'"f"')
+    fail(db, "jobs", 1)
+    (processing,) = enqueue(db, "jobs", b'"p"')
+    claim(db, "jobs", 1)
+    ready = enqueue(db, "jobs", b'"r1"', b'"r2"')
+    (delayed,) = enqueue(db, "jobs", b'"later"', delay=3600)
+    enqueue(db, "other", b'"elsewhere"')
+    tombstone(db, "jobs")
+    result = db.run("list", "-q", "jobs")
+    assert result.exit_code == 0, result.output
+    assert listed_ids(result.stdout) == [failed, processing, *ready, delayed]
+    lines = {int(line.split()[0]): line for line in result.stdout.splitlines()[1:]}
+    assert "failed" in lines[failed] and "ValueError: boom" in lines[failed]
+    assert "processing" in lines[processing]
+    assert re.search(r"\b(59m\d\ds|1h00m)\b", lines[delayed])  # available in about an hour
+    header = result.stdout.splitlines()[0]
+    for column in ("ID", "STATUS", "PRI", "ERRORS", "AGE", "AVAILABLE IN", "LAST ERROR"):
+        assert column in header
+
+
+def test_list_filters_by_status_and_limits(db):
+    enqueue(db, "jobs", *[f'"{i}"'.encode() for i in range(5)])
+    failed = fail(db, "jobs", 2)
+    result = db.run("list", "-q", "jobs", "--status", "failed")
+    assert listed_ids(result.stdout) == failed
+    result = db.run("list", "-q", "jobs", "--status", "ready", "--limit", "2")
+    assert result.exit_code == 0
+    assert listed_ids(result.stdout) == [failed[-1] + 1, failed[-1] + 2]
+    assert "--limit" in result.stderr  # says there are more
+    result = db.run("list", "-q", "jobs", "--limit", "5")
+    assert listed_ids(result.stdout) == list(range(failed[0], failed[0] + 5))
+    assert result.stderr == ""
+
+
+def test_list_json_shape(db):
+    (ident,) = enqueue(db, "jobs", b'{"a": 1}', priority=3)
+    result = db.run("list", "-q", "jobs", "--json")
+    assert result.exit_code == 0
+    (entry,) = json.loads(result.stdout)
+    assert {"id", "queue", "status", "error_count", "created_at"} <= set(entry)
+    assert (entry["id"], entry["queue"], entry["status"], entry["priority"]) == (
+        ident, "jobs", "ready", 3,
+    )  # fmt: skip
+    assert entry["created_at"].endswith("Z") and "payload" not in entry
+    assert json.loads(db.run("list", "-q", "empty", "--json").stdout) == []
+
+
+def test_list_of_an_empty_queue(db):
+    result = db.run("list", "-q", "jobs")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == "no messages in queue jobs"
+
+
+@pytest.mark.parametrize(
+    "args", [[], ["-q", "jobs", "--status", "done"], ["-q", "jobs", "--limit", "0"]]
+)
+def test_list_usage_errors(db, args):
+    assert db.run("list", *args).exit_code == 2
+
+
+# -- show -----------------------------------------------------------------------
+
+
+def test_show_json_payload_pretty_and_every_field(db):
+    (ident,) = enqueue(db, "jobs", b'{"b": [1, 2], "a": "x"}', priority=2)
+    fail(db, "jobs", 1, error="Traceback (most recent call last):\nValueError: boom")
+    result = db.run("show", str(ident))
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    for field in ("id", "queue", "status", "priority", "error_count", "created_at", "owner"):
+        assert re.search(rf"^{field}:", text, re.MULTILINE), field
+    assert re.search(r"^status:\s+failed$", text, re.MULTILINE)
+    assert '\n  "b": [\n' in text  # pretty-printed
+    assert "ValueError: boom" in text and "Traceback" in text
+
+
+def test_show_text_and_binary_payloads(db):
+    text_id, binary_id = enqueue(db, "raw", "héllo\nwörld".encode(), bytes(range(256)))
+    result = db.run("show", str(text_id))
+    assert "héllo\nwörld" in result.stdout
+    result = db.run("show", str(binary_id))
+    assert result.exit_code == 0
+    assert "256 bytes" in result.stdout
+    assert re.search(r"^00000000  00 01 02 03 04 05 06 07  08 09 0a", result.stdout, re.MULTILINE)
+
+
+def test_show_json_per_contract(db):
+    text_id, binary_id = enqueue(db, "raw", b'{"a": 1}', b"\xff\xfe\x00binary")
+    result = db.run("show", str(text_id), "--json")
+    entry = json.loads(result.stdout)
+    assert entry["payload"] == '{"a": 1}' and "payload_encoding" not in entry
+    assert entry["last_error"] is None and entry["id"] == text_id
+    assert {"id", "queue", "status", "error_count", "created_at"} <= set(entry)
+    entry = json.loads(db.run("show", str(binary_id), "--json").stdout)
+    assert entry["payload_encoding"] == "base64"
+    assert base64.b64decode(entry["payload"]) == b"\xff\xfe\x00binary"
+
+
+def test_show_unknown_id_is_exit_1(db):
+    gone = tombstone(db, "jobs")
+    for ident in ("12345", str(gone)):
+        result = db.run("show", ident)
+        assert result.exit_code == 1
+        assert result.stdout == ""
+        assert f"no message {ident}" in result.stderr
+    assert db.run("show", "abc").exit_code == 2
+
+
+# -- retry and delete -------------------------------------------------------------
+
+
+def test_retry_requeues_now_with_a_fresh_error_count(db):
+    failed = enqueue(db, "jobs", b'"a"', b'"b"')
+    fail(db, "jobs", 2)
+    db.sql("UPDATE mq_messages SET error_count = 7")
+    (delayed,) = enqueue(db, "jobs", b'"later"', delay=3600)
+    result = db.run("retry", *map(str, failed), str(delayed))
+    assert result.exit_code == 0, result.output
+    assert "requeued 3 message(s)" in result.stdout
+    assert [r[1:] for r in rows(db)] == [("ready", 0, None)] * 3
+    with backend_for(db) as b:  # all available now, in their old order
+        assert [m.id for m in b.claim("jobs", 10, "x")] == [*failed, delayed]
+
+
+def test_retry_refuses_a_processing_message_but_does_the_others(db):
+    (held,) = enqueue(db, "jobs", b'"held"')
+    claim(db, "jobs", 1, owner="busy:7:ff")
+    (failed,) = enqueue(db, "jobs", b'"failed"')
+    fail(db, "jobs", 1)
+    result = db.run("retry", str(held), str(failed), "999999")
+    assert result.exit_code == 1
+    assert "requeued 1 message(s)" in result.stdout
+    assert f"message {held} is processing" in result.stderr and "--force" in result.stderr
+    assert "message 999999 not found" in result.stderr
+    assert rows(db) == [(held, "processing", 0, "busy:7:ff"), (failed, "ready", 0, None)]
+
+
+def test_retry_force_takes_a_processing_message_back(db):
+    (held,) = enqueue(db, "jobs", b'"held"')
+    with backend_for(db) as b:
+        (mine,) = b.claim("jobs", 1, "busy:7:ff")
+        result = db.run("retry", "--force", str(held))
+        assert result.exit_code == 0, result.output
+        assert rows(db) == [(held, "ready", 0, None)]
+        # the drain that held it can no longer record a result for it
+        assert b.ack_success(mine, "busy:7:ff") is False
+
+
+def test_delete_refuses_a_processing_message_unless_forced(db):
+    held, ready = enqueue(db, "jobs", b'"held"', b'"ready"')
+    claim(db, "jobs", 1)
+    result = db.run("delete", str(held), str(ready))
+    assert result.exit_code == 1
+    assert "deleted 1 message(s)" in result.stdout
+    assert f"message {held} is processing" in result.stderr
+    assert [r[0] for r in rows(db)] == [held]
+    result = db.run("delete", "--force", str(held))
+    assert result.exit_code == 0, result.output
+    assert rows(db) == []
+
+
+def test_delete_of_missing_and_done_messages(db):
+    gone = tombstone(db, "jobs", "key")
+    result = db.run("delete", "424242", str(gone))
+    assert result.exit_code == 1
+    assert "deleted 0 message(s)" in result.stdout
+    assert "message 424242 not found" in result.stderr
+    assert f"message {gone} not found" in result.stderr
+    # the tombstone is not a message: still there, still keeping its key
+    assert db.sql("SELECT status FROM mq_messages") == [("done",)]
+
+
+def test_retry_and_delete_need_ids(db):
+    assert db.run("retry").exit_code == 2
+    assert db.run("delete", "x").exit_code == 2
+
+
+def test_many_ids_at_once(db):
+    ids = enqueue(db, "jobs", *[b'"x"'] * 2500)
+    result = db.run("delete", *map(str, ids))
+    assert result.exit_code == 0, result.output
+    assert "deleted 2500 message(s)" in result.stdout
+    assert rows(db) == []
+
+
+# -- purge ----------------------------------------------------------------------
+
+
+def test_purge_needs_yes_when_not_at_a_terminal(db):
+    enqueue(db, "jobs", b'"a"', b'"b"')
+    result = db.run("purge", "-q", "jobs")
+    assert result.exit_code == 2
+    assert "--yes" in result.stderr
+    assert len(rows(db)) == 2
+
+
+def test_purge_deletes_the_whole_queue_with_its_tombstones(db):
+    enqueue(db, "jobs", b'"a"', b'"b"')
+    claim(db, "jobs", 1)
+    enqueue(db, "jobs", b'"c"')
+    fail(db, "jobs", 1)
+    tombstone(db, "jobs")
+    (other,) = enqueue(db, "other", b'"keep"')
+    result = db.run("purge", "-q", "jobs", "--yes")
+    assert result.exit_code == 0, result.output
+    assert "deleted 3 message(s) from queue jobs" in result.stdout
+    assert [r[0] for r in rows(db)] == [other]
+
+
+def test_purge_one_status(db):
+    enqueue(db, "jobs", b'"a"', b'"b"', b'"c"')
+    failed = fail(db, "jobs", 2)
+    result = db.run("purge", "-q", "jobs", "--status", "failed", "--yes")
+    assert result.exit_code == 0, result.output
+    assert "deleted 2 failed message(s) from queue jobs" in result.stdout
+    assert [r[1] for r in rows(db)] == ["ready"]
+    assert not set(failed) & {r[0] for r in rows(db)}
+
+
+def test_purge_deletes_in_bounded_batches(db, monkeypatch):
+    enqueue(db, "bulk", *[b'"x"'] * 2500)
+    batches: list[int] = []
+    for cls in (SqliteBackend, MysqlBackend):
+        original = cls.purge
+
+        def spy(self, *args, _original=original, **kw):
+            count = _original(self, *args, **kw)
+            batches.append(count)
+            return count
+
+        monkeypatch.setattr(cls, "purge", spy)
+    result = db.run("purge", "-q", "bulk", "--yes")
+    assert result.exit_code == 0, result.output
+    assert "deleted 2500 message(s)" in result.stdout
+    assert sum(batches) == 2500 and max(batches) <= 1000
+    assert rows(db) == []
+
+
+def test_purge_asks_at_a_terminal(db, monkeypatch):
+    enqueue(db, "jobs", b'"a"')
+    monkeypatch.setattr("mq_cli.cli_operate._stdin_is_terminal", lambda: True)
+    result = db.run("purge", "-q", "jobs", input="n\n")
+    assert result.exit_code == 1
+    assert "1 message(s)" in result.output
+    assert len(rows(db)) == 1
+    result = db.run("purge", "-q", "jobs", input="y\n")
+    assert result.exit_code == 0, result.output
+    assert rows(db) == []
