@@ -262,11 +262,16 @@ class MQ:
         }
         return sum(by_status.values()) if status is None else by_status[status]
 
-    def purge(self, queue: str, status: str | None = None) -> int:
+    def purge(
+        self,
+        queue: str,
+        status: str | None = None,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> int:
         """Delete all of a queue's messages (of one status), in bounded batches; how many."""
         from . import operate
 
-        return operate.purge(self.backend, queue, status)
+        return operate.purge(self.backend, queue, status, on_progress)
 
 
 def _stored_note(count: int) -> str:

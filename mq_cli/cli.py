@@ -83,6 +83,26 @@ class MqGroup(click.Group):
             click.echo(f"mq: {line}", err=True)
 
 
+class Progress:
+    """A running count on stderr while a long operation works; only on a terminal
+    (cron and pipes get nothing)."""
+
+    def __init__(self, label: str):
+        self.label = label
+        self.count = 0
+        self.live = sys.stderr.isatty()
+
+    def add(self, count: int) -> None:
+        self.count += count
+        if self.live:
+            sys.stderr.write(f"\r{self.label}: {self.count}")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.live and self.count:
+            sys.stderr.write("\n")
+
+
 def _duration(ctx: click.Context, param: click.Parameter, value: Any) -> float | None:
     if value is None:
         return None
@@ -247,17 +267,17 @@ def enqueue(
         limit = mq.backend.max_payload
         split = inputs.lines if lines else inputs.nul_separated if null else inputs.whole
         source = split(stdin, limit)
-    out = sys.stdout
     skipped = 0
-    for ids in mq.enqueue_stream(
-        queue, source, delay=delay or 0.0, priority=priority, unique_key=unique_key
-    ):
-        skipped += ids.count(None)
-        if not silent:
-            text = "".join(f"{i}\n" for i in ids if i is not None)
-            if text:
-                out.write(text)
-                out.flush()
+    progress = Progress(f"enqueued to {queue}")
+    try:
+        for ids in mq.enqueue_stream(
+            queue, source, delay=delay or 0.0, priority=priority, unique_key=unique_key
+        ):
+            _print_ids(ids, silent)
+            skipped += ids.count(None)
+            progress.add(len(ids))
+    finally:
+        progress.close()
     if skipped:
         log.warning(
             "skipped %d message(s): queue %r already holds unique key %r",
@@ -265,6 +285,15 @@ def enqueue(
             queue,
             unique_key,
         )
+
+
+def _print_ids(ids: list[int | None], silent: bool) -> None:
+    if silent:
+        return
+    text = "".join(f"{i}\n" for i in ids if i is not None)
+    if text:
+        sys.stdout.write(text)
+        sys.stdout.flush()
 
 
 # -- drain ------------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .cli import State, _duration, cli, json_option, pass_state, queue_option
+from .cli import Progress, State, _duration, cli, json_option, pass_state, queue_option
 
 if TYPE_CHECKING:
     from .models import GcReport, Message
@@ -97,9 +97,12 @@ def gc(
     out = render.JsonArray(click.echo) if as_json else None
     writer, to_rows = render.gc_table(kind)
     now = None
+    progress = Progress(f"{action}d {kind}") if action else None
 
     def on_batch(batch: list[Message]) -> None:
         nonlocal now
+        if progress is not None:
+            progress.add(len(batch))
         if out is not None:
             out.add([m.to_json() for m in batch])
         elif action is None:
@@ -107,10 +110,14 @@ def gc(
             for line in writer.lines(to_rows(batch, now)):
                 click.echo(line)
 
-    report = mq.gc(
-        kind, queues=queues, older_than=older_than, action=action, notify=notify,
-        on_batch=on_batch,
-    )  # fmt: skip
+    try:
+        report = mq.gc(
+            kind, queues=queues, older_than=older_than, action=action, notify=notify,
+            on_batch=on_batch,
+        )  # fmt: skip
+    finally:
+        if progress is not None:
+            progress.close()
     if out is not None:
         out.close()
     elif action is None and not report.matched and not check:
@@ -292,7 +299,11 @@ def purge(state: State, queue: str, status: str | None, yes: bool) -> None:
             )
         count = state.mq.count(queue, status)
         click.confirm(f"Delete {count} {what} of queue {queue}?", abort=True)
-    deleted = state.mq.purge(queue, status)
+    progress = Progress(f"deleting from {queue}")
+    try:
+        deleted = state.mq.purge(queue, status, on_progress=progress.add)
+    finally:
+        progress.close()
     click.echo(f"deleted {deleted} {what} from queue {queue}")
 
 

@@ -281,7 +281,12 @@ def change_by_id(backend: Backend, action: str, ids: Sequence[int], force: bool)
     return total
 
 
-def purge(backend: Backend, queue: str, status: str | None = None) -> int:
+def purge(
+    backend: Backend,
+    queue: str,
+    status: str | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> int:
     """Delete a queue's messages (of one status), in bounded batches; how many.
 
     Only what exists when it starts: messages enqueued meanwhile stay. With no
@@ -296,6 +301,8 @@ def purge(backend: Backend, queue: str, status: str | None = None) -> int:
     deleted = 0
     while count := backend.purge(queue, status, last, OPERATE_BATCH):
         deleted += count
+        if on_progress is not None:
+            on_progress(count)
     if status is None:
         while backend.purge(queue, "done", last, OPERATE_BATCH):
             pass
