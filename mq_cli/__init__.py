@@ -29,6 +29,10 @@ from .errors import (  # noqa: E402
 
 def __getattr__(name: str) -> object:
     # The API pulls in the backends; keep `import mq_cli` (and so `mq --help`) light.
+    if name == "current_message":
+        from .handlers import current_message
+
+        return current_message
     if name in ("MQ", "connect", "enqueue"):
         from . import api
 
@@ -46,5 +50,6 @@ __all__ = [
     "PayloadTooLarge",
     "SchemaMissing",
     "connect",
+    "current_message",
     "enqueue",
 ]

@@ -58,8 +58,27 @@ def redact_url(url: str) -> str:
     return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{host}"
 
 
+def _quote_userinfo(url: str) -> str:
+    """Percent-encode ``/ ? #`` in the user:password part, split at its last ``@``.
+
+    A password such as ``2024/Secret`` would otherwise end the host part early:
+    the parser would take the user for the host and the password for the path,
+    and print it in every message that names the database.
+    """
+    scheme, sep, rest = url.partition("://")
+    head, question, query = rest.partition("?")
+    userinfo, at, hostpath = head.rpartition("@")
+    if not sep or not at:
+        return url
+    for char, code in (("/", "%2F"), ("?", "%3F"), ("#", "%23")):
+        userinfo = userinfo.replace(char, code)
+    return f"{scheme}{sep}{userinfo}{at}{hostpath}{question}{query}"
+
+
 def parse_database_url(url: str) -> DatabaseSettings:
     """Settings for a ``mysql://`` / ``mariadb://`` / ``sqlite://`` URL."""
+    if not url.lower().startswith("sqlite:"):
+        url = _quote_userinfo(url)
     try:
         parts = urlsplit(url)
         port = parts.port

@@ -51,6 +51,7 @@ class Drain:
         self.held: list[int] = []  # claimed ids not started yet
         self.done: list[Message] = []  # succeeded, deletion deferred (group_ack)
         self._backend: Backend | None = None
+        self._gave_up = False  # the database stayed away for a whole reconnect window
 
     # -- setup --------------------------------------------------------------
 
@@ -179,7 +180,19 @@ class Drain:
         if self.options.max_messages is not None:
             done = self.report.succeeded + self.report.failed
             size = max(1, min(size, self.options.max_messages - done))
-        batch = self._db(lambda b: b.claim(queue.name, size, self.owner))
+        tries = 0
+
+        def claim(backend: Backend) -> list[Message]:
+            nonlocal tries
+            tries += 1
+            if tries > 1:
+                # The first try's COMMIT may have happened with its reply lost: those
+                # rows are ours but unknown. Between batches this drain holds nothing
+                # else on the queue, so put back all it holds there.
+                backend.release_owner(queue.name, self.owner)
+            return backend.claim(queue.name, size, self.owner)
+
+        batch = self._db(claim)
         self.held = [m.id for m in batch]
         self.report.claimed += len(batch)
         if batch:
@@ -200,6 +213,15 @@ class Drain:
                 if self._should_stop():
                     break
                 tick()
+                if message.id not in self.held:
+                    # Lost while this drain was paused (SIGSTOP, a frozen VM, a cut
+                    # link) past stalled_after: gc or another drain has it now.
+                    log.warning(
+                        "queue %s: message %d is no longer held by this drain (paused past "
+                        "stalled_after?); skipped", queue.name, message.id,
+                    )  # fmt: skip
+                    self.held = [i for i in self.held if i != message.id]
+                    continue
                 info = handlers.MessageInfo(
                     message.id, message.queue, message.error_count, message.created_at
                 )
@@ -251,7 +273,11 @@ class Drain:
     ) -> None:
         if outcome.ok:
             self.report.succeeded += 1
-            ours = self._db(lambda b: b.ack_success(message, self.owner, queue.unique_retention))
+            ours = self._ack(
+                lambda b: b.ack_success(message, self.owner, queue.unique_retention),
+                lambda after: after is None or after.status == "done",
+                message,
+            )
             if ours:
                 log.info("queue %s: message %d done in %.3fs", queue.name, message.id, seconds)
         else:
@@ -260,7 +286,15 @@ class Drain:
             final = attempts >= queue.max_errors
             retry_in = 0.0 if final else queue.backoff(attempts)
             error = outcome.error or "failed"
-            ours = self._db(lambda b: b.ack_failure(message, self.owner, error, retry_in, final))
+            ours = self._ack(
+                lambda b: b.ack_failure(message, self.owner, error, retry_in, final),
+                lambda after: (
+                    after is not None
+                    and after.owner is None
+                    and after.error_count == message.error_count + 1
+                ),
+                message,
+            )
             if ours:
                 first_line = error.strip().splitlines()[-1] if error.strip() else error
                 if final:
@@ -282,13 +316,41 @@ class Drain:
                 queue.name, message.id,
             )  # fmt: skip
 
+    def _ack(
+        self,
+        change: Callable[[Backend], bool],
+        landed: Callable[[Message | None], bool],
+        message: Message,
+    ) -> bool:
+        """Run an acknowledgement; True when it took effect.
+
+        If the connection dropped, the first try may have committed with its
+        reply lost, and the retry then matches nothing: ``landed`` tells from
+        the row as it is now whether that first try did the job.
+        """
+        tries = 0
+
+        def attempt(backend: Backend) -> bool:
+            nonlocal tries
+            tries += 1
+            return change(backend)
+
+        if self._db(attempt):
+            return True
+        if tries > 1:
+            return landed(self._db(lambda b: b.get_message(message.id)))
+        return False
+
     def _heartbeat(self) -> None:
         self._last_beat = time.monotonic()
         ids = self.held + [m.id for m in self.done]
         if not ids:
             return
         try:
-            self._db(lambda b: b.heartbeat(ids, self.owner), patience=2.0)
+            refreshed = self._db(lambda b: b.heartbeat(ids, self.owner), patience=2.0)
+            if refreshed < len(ids):
+                still = set(self._db(lambda b: b.owned(ids, self.owner), patience=2.0))
+                self.held = [i for i in self.held if i in still]
         except DatabaseError as exc:
             # The handler is still running; the acknowledgement will try again.
             log.warning("heartbeat failed: %s", exc)
@@ -302,6 +364,8 @@ class Drain:
         (the first attempt may have committed before the connection dropped)
         never changes another drain's claim.
         """
+        if self._gave_up:
+            patience = 0.0  # already waited once: the cleanup on the way out tries only once
         give_up = time.monotonic() + patience
         pause = 0.2
         while True:
@@ -309,6 +373,7 @@ class Drain:
                 return operation(self.backend)
             except ConnectionLost as exc:
                 if time.monotonic() >= give_up:
+                    self._gave_up = True
                     raise DatabaseError(
                         f"{exc}\nheld message(s) stay processing and show as stalled after "
                         "stalled_after; `mq gc --stalled --requeue` recovers them"

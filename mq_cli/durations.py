@@ -6,7 +6,8 @@ import math
 import re
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+# ASCII only: \d and \s would accept Arabic-Indic digits and no-break spaces.
+_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$", re.ASCII)
 # Far past any sensible delay or timeout, and far inside what DATETIME and
 # SQLite's date functions can add to now (else the insert fails as a database error).
 _MAX_SECONDS = 36500 * 86400.0

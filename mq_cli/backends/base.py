@@ -120,6 +120,14 @@ class Backend(ABC):
         """Put claimed, unstarted messages back to `ready` at their old place."""
 
     @abstractmethod
+    def owned(self, ids: Sequence[int], owner: str) -> list[int]:
+        """Which of ``ids`` ``owner`` still holds."""
+
+    @abstractmethod
+    def release_owner(self, queue: str, owner: str) -> int:
+        """Put back everything ``owner`` holds on ``queue`` (a claim of unknown outcome)."""
+
+    @abstractmethod
     def purge_tombstones(self, queue: str) -> int:
         """Delete expired unique-key tombstones (a bounded number per call)."""
 

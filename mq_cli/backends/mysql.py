@@ -385,6 +385,17 @@ class MysqlBackend(MysqlOperate):
         sql = self._sql["release"].replace("{ids}", placeholders(len(ids), "%s"))
         return self._change(sql, (*ids, owner)) if ids else 0
 
+    def owned(self, ids: Sequence[int], owner: str) -> list[int]:
+        if not ids:
+            return []
+        sql = self._sql["owned"].replace("{ids}", placeholders(len(ids), "%s"))
+        with self._errors(), self.conn.cursor() as cursor:
+            cursor.execute(sql, (*ids, owner))
+            return [int(row[0]) for row in cursor.fetchall()]
+
+    def release_owner(self, queue: str, owner: str) -> int:
+        return self._change(self._sql["release_owner"], (queue, owner))
+
     def purge_tombstones(self, queue: str) -> int:
         return self._change(self._sql["purge_tombstones"], (queue,))
 

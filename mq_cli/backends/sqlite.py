@@ -198,6 +198,16 @@ class SqliteBackend(SqliteOperate):
         sql = self._sql["release"].replace("{ids}", placeholders(len(ids), "?"))
         return self._change(sql, (*ids, owner)) if ids else 0
 
+    def owned(self, ids: Sequence[int], owner: str) -> list[int]:
+        if not ids:
+            return []
+        sql = self._sql["owned"].replace("{ids}", placeholders(len(ids), "?"))
+        with self._errors():
+            return [row[0] for row in self.conn.execute(sql, (*ids, owner)).fetchall()]
+
+    def release_owner(self, queue: str, owner: str) -> int:
+        return self._change(self._sql["release_owner"], (queue, owner))
+
     def purge_tombstones(self, queue: str) -> int:
         return self._change(self._sql["purge_tombstones"], (queue,))
 

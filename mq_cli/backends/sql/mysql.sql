@@ -279,3 +279,12 @@ WHERE queue = %s AND status IN ('ready', 'processing', 'failed') AND id <= %s LI
 -- name: purge_status
 -- One status, or 'done': the tombstones of unique keys.
 DELETE FROM `{table}` WHERE queue = %s AND status = %s AND id <= %s LIMIT %s
+
+-- name: owned
+-- Which of these messages this drain still holds (after a pause, or a lost reply).
+SELECT id FROM `{table}` WHERE id IN ({ids}) AND owner = %s AND status = 'processing'
+
+-- name: release_owner
+-- After a claim whose COMMIT reply was lost: whatever that claim took goes back.
+UPDATE `{table}` SET status = 'ready', owner = NULL, heartbeat_at = NULL
+WHERE queue = %s AND status = 'processing' AND owner = %s

@@ -255,3 +255,12 @@ DELETE FROM "{table}" WHERE id IN (
 DELETE FROM "{table}" WHERE id IN (
   SELECT id FROM "{table}" WHERE queue = ? AND status = ? AND id <= ? LIMIT ?
 )
+
+-- name: owned
+-- Which of these messages this drain still holds (after a pause, or a lost reply).
+SELECT id FROM "{table}" WHERE id IN ({ids}) AND owner = ? AND status = 'processing'
+
+-- name: release_owner
+-- After a claim whose outcome is unknown: whatever that claim took goes back.
+UPDATE "{table}" SET status = 'ready', owner = NULL, heartbeat_at = NULL
+WHERE queue = ? AND status = 'processing' AND owner = ?

@@ -1,0 +1,56 @@
+"""Fixtures of the fault suite.
+
+``fault_mysql``: a fresh MariaDB database with the schema, like the suite's
+``mysql_db`` but robust to the server restarting mid-test: the database is
+dropped through a new connection, after making sure the server is up again.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pymysql
+import pytest
+
+from mq_cli.dburl import parse_database_url
+from tests.conftest import IN_CI, MYSQL_URL, Db
+
+
+def admin() -> pymysql.connections.Connection:
+    s = parse_database_url(MYSQL_URL)
+    return pymysql.connect(
+        host=s.host, port=s.port, user=s.user or "root", password=s.password or "",
+        unix_socket=s.unix_socket, autocommit=True, connect_timeout=5, ssl_disabled=True,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def fault_mysql(tmp_path: Path) -> Iterator[Db]:
+    try:
+        conn = admin()
+    except pymysql.MySQLError as exc:
+        if IN_CI:
+            pytest.fail(f"MariaDB at {MYSQL_URL} unreachable: {exc} (CI=true: it must run)")
+        pytest.skip(f"MariaDB at {MYSQL_URL} unreachable: {exc}")
+    name = "mqf_" + uuid.uuid4().hex[:12]
+    with conn.cursor() as cursor:
+        cursor.execute(f"CREATE DATABASE `{name}`")
+    conn.close()
+    rest = re.sub(r"/[^/?]*(\?|$)", f"/{name}\\1", MYSQL_URL.split("://", 1)[1], count=1)
+    db = Db("mysql", MYSQL_URL.split("://", 1)[0] + "://" + rest, tmp_path)
+    try:
+        result = db.run("init")
+        assert result.exit_code == 0, result.output
+        yield db
+    finally:
+        from tests.faults.harness import port_open, start_mariadb
+
+        if not port_open() and "127.0.0.1:3306" in MYSQL_URL:
+            start_mariadb()  # a restart test that failed half-way must not leave it down
+        conn = admin()
+        with conn.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        conn.close()

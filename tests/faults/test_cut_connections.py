@@ -1,0 +1,115 @@
+"""A TCP proxy between the drains and MariaDB drops every connection at random
+moments, and right after chosen handlers succeeded (before the drain
+acknowledges). Drains reconnect; nothing is lost, nothing runs twice."""
+
+from __future__ import annotations
+
+import random
+import socket
+import threading
+import time
+
+import pytest
+
+from mq_cli.dburl import parse_database_url
+from tests.faults.harness import Loop, crontab
+from tests.faults.scenario import POISON, Scenario
+from tests.proxy import Proxy
+
+pytestmark = pytest.mark.slow
+
+SECONDS = 35
+WORK = {"sleep": 0.05, "fail": 0.1}
+
+
+class CutOnRequest(threading.Thread):
+    """Cuts every proxied connection when a handler asks (a UDP datagram)."""
+
+    def __init__(self, proxy: Proxy):
+        super().__init__(name="cut-on-request", daemon=True)
+        self.proxy = proxy
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.requests = 0
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                self.sock.recv(1024)
+            except TimeoutError:
+                continue
+            self.requests += 1
+            self.proxy.cut()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self.is_alive():
+            self.join(5)
+        self.sock.close()
+
+
+def test_connections_cut_at_random_and_between_success_and_ack(fault_mysql, tmp_path):
+    db = fault_mysql
+    settings = parse_database_url(db.url)
+    proxy = Proxy((settings.host, settings.port))
+    on_request = CutOnRequest(proxy)
+    proxied = f"mysql://{settings.user or 'root'}@127.0.0.1:{proxy.port}/{settings.database}"
+    fleet = None
+    try:
+        s = Scenario(
+            tmp_path,
+            db.url,
+            db.sql,
+            {"alpha": {}, "beta": {}, "poison": POISON},
+            db.env(MQ_FAULT_CUT_PORT=str(on_request.port)),
+        )
+        fleet = s.fleet
+        s.add_host("proxied", proxied)
+        rng = random.Random(22)
+        for queue in ("alpha", "beta"):
+            for _ in range(10):  # one message in 10 asks for a cut after its success
+                s.enqueue(queue, 54, **WORK)
+                s.enqueue(queue, 6, cut=True, **WORK)
+        s.enqueue("poison", 20)
+        cron = crontab(
+            s.fleet,
+            [("proxied", "alpha"), ("proxied", "beta"), ("proxied", "poison")],
+            ["--max-seconds", "3", "--concurrency", "4"],
+            every=0.5,
+            rng=random.Random(23),
+        )
+        cutter = Loop("cutter", proxy.cut, lambda: rng.uniform(0.3, 1.5))
+        gc = s.gc_loop(every=4.0)
+        on_request.start()
+        for loop in (cron, cutter, gc):
+            loop.start()
+        time.sleep(SECONDS)
+        for loop in (cron, cutter, gc):
+            loop.stop()
+        on_request.stop()
+        left = s.finish()
+    finally:
+        if fleet is not None:
+            fleet.kill_all()
+        on_request.stop()
+        proxy.close()
+
+    analysis = s.analyse()
+    stderr = "".join(d.stderr() for d in s.fleet.drains)
+    reconnects = stderr.count("reconnecting")
+    not_held = stderr.count("was no longer held by this drain")
+    print(
+        f"\nFIGURES cut: {s.figures(analysis)} cuts={proxy.cuts} "
+        f"cuts_after_success={on_request.requests} reconnects={reconnects} "
+        f"acks_refused_after_retry={not_held}"
+    )
+    assert not left, f"still not done after the final drains: {left}"
+    assert s.gc_log.failures == []
+    assert s.fleet.problems(allowed_codes=frozenset({0, 3})) == []
+    assert analysis.violations == []
+    assert proxy.cuts > 20 and on_request.requests >= 10 and reconnects > 20
+    # a cut costs a reconnect, never a second run: acknowledgements are retried
+    assert analysis.duplicates == 0
