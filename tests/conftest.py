@@ -102,7 +102,7 @@ class Db:
         )  # fmt: skip
         try:
             with conn.cursor() as cursor:
-                cursor.execute(statement, params)
+                cursor.execute(statement, params or None)
                 return list(cursor.fetchall())
         finally:
             conn.close()
