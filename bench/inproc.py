@@ -1,0 +1,162 @@
+"""Measurements that need mq's Python API in-process (each run as its own process by the bench).
+
+    python inproc.py enqueue-many CONFIG --count N        # MQ.enqueue_many, the producers' API
+    python inproc.py drain CONFIG --mode runner|inline    # mq's Drain, handler in a child or inline
+    python inproc.py runner-micro --count N               # PythonRunner round trip vs a plain call
+    python inproc.py claim-loop CONFIG --count N          # Backend.claim + one DELETE per batch
+
+Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+QUEUE = "bench"
+
+
+def enqueue_many(config: str, count: int, size: int) -> dict[str, Any]:
+    import mq_cli
+
+    pad = "x" * (size - 20)
+    values = [{"n": n, "pad": pad} for n in range(count)]
+    with mq_cli.connect(config=config) as mq:
+        _ = mq.backend  # connect before the clock starts: the app holds a connection already
+        started = time.perf_counter()
+        ids = mq.enqueue_many(QUEUE, values)
+        seconds = time.perf_counter() - started
+    return {"stored": len(ids), "seconds": seconds, "payload_bytes": len(json.dumps(values[0]))}
+
+
+class InlineRunner:
+    """Calls the handler in the drain's own process: no child, no pipe, no timeout."""
+
+    def __init__(self, path: str, fmt: str) -> None:
+        self.path, self.fmt = path, fmt
+        self.func: Any = None
+
+    def start(self) -> None:
+        from mq_cli.handlers import load
+
+        self.func = load(self.path)
+
+    def run(self, payload: bytes, info: Any, timeout: Any, tick: Any, tick_every: Any) -> Any:
+        from mq_cli.handlers import Outcome, _set_current
+        from mq_cli.payloads import decode
+
+        _set_current(info)
+        try:
+            result = self.func(decode(payload, self.fmt))
+        except Exception as exc:
+            return Outcome(ok=False, error=repr(exc))
+        finally:
+            _set_current(None)
+        return Outcome(ok=result is not False)
+
+    def close(self) -> None:
+        pass
+
+    def kill(self) -> None:
+        pass
+
+
+def drain(config: str, mode: str, batch: int, handler: str) -> dict[str, Any]:
+    from mq_cli import handlers
+    from mq_cli.api import MQ
+    from mq_cli.config import load_config
+    from mq_cli.drain_types import DrainOptions
+
+    if mode == "inline":
+        handlers.make_runner = InlineRunner  # type: ignore[assignment]
+    with MQ(load_config(config)) as mq:
+        _ = mq.backend
+        report = mq.drain(DrainOptions(queues=[QUEUE], handler=handler, batch_size=batch))
+    return report.to_json()
+
+
+def runner_micro(count: int, handler: str) -> dict[str, Any]:
+    from mq_cli.handlers import MessageInfo
+    from mq_cli.pyrunner import PythonRunner
+
+    info = MessageInfo(1, QUEUE, 0, datetime.now(timezone.utc))
+    body = b'{"n":1,"pad":"' + b"x" * 184 + b'"}'
+    result: dict[str, Any] = {"count": count}
+    runners: list[tuple[str, Any]] = [("inline", InlineRunner(handler, "json"))]
+    runners.append(("runner", PythonRunner(handler, "json")))
+    for name, runner in runners:
+        runner.start()
+        try:
+            started = time.perf_counter()
+            for _ in range(count):
+                outcome = runner.run(body, info, 600.0, lambda: None, 5.0)
+                assert outcome.ok, outcome
+            result[f"{name}_us"] = (time.perf_counter() - started) / count * 1e6
+        finally:
+            runner.close()
+    return result
+
+
+def claim_loop(config: str, batch: int, count: int, max_seconds: float) -> dict[str, Any]:
+    from mq_cli.backends import open_backend
+    from mq_cli.config import load_config
+
+    cfg = load_config(config)
+    backend = open_backend(cfg.database, cfg.table)
+    owner = "bench:claim-loop"
+    claimed = claims = 0
+    claim_seconds = 0.0
+    started = time.perf_counter()
+    try:
+        while claimed < count and time.perf_counter() - started < max_seconds:
+            t = time.perf_counter()
+            messages = backend.claim(QUEUE, min(batch, count - claimed), owner)
+            claim_seconds += time.perf_counter() - t
+            claims += 1
+            if not messages:
+                break
+            claimed += len(messages)
+            backend.ack_success_many([m.id for m in messages], owner)
+    finally:
+        backend.close()
+    total = time.perf_counter() - started
+    return {
+        "claimed": claimed,
+        "claims": claims,
+        "claim_seconds": claim_seconds,
+        "seconds": total,
+        "claim_rate": claimed / claim_seconds if claim_seconds else 0.0,
+        "loop_rate": claimed / total if total else 0.0,
+        "ms_per_claim": claim_seconds / claims * 1000 if claims else 0.0,
+    }
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("mode", choices=["enqueue-many", "drain", "runner-micro", "claim-loop"])
+    parser.add_argument("config", nargs="?")
+    parser.add_argument("--count", type=int, default=20_000)
+    parser.add_argument("--size", type=int, default=200)
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--runner", choices=["runner", "inline"], default="runner")
+    parser.add_argument("--handler", default="mqbench_jobs:noop")
+    parser.add_argument("--max-seconds", type=float, default=60.0)
+    args = parser.parse_args(argv)
+    if args.mode == "enqueue-many":
+        result = enqueue_many(args.config, args.count, args.size)
+    elif args.mode == "drain":
+        result = drain(args.config, args.runner, args.batch, args.handler)
+    elif args.mode == "runner-micro":
+        result = runner_micro(args.count, args.handler)
+    else:
+        result = claim_loop(args.config, args.batch, args.count, args.max_seconds)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
