@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -366,11 +367,21 @@ def merge(old: Any, new: Any) -> Any:
     return new
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     bench = Bench(args)
     log(f"bench: sections {', '.join(bench.sections)}; {'quick' if args.quick else 'full'} sizes")
-    results = bench.run()
+    signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        results = bench.run()
+    except KeyboardInterrupt as exc:  # keep what was measured; rerun the rest with --only
+        results = bench.results
+        results["meta"]["interrupted"] = str(exc) or "SIGINT"
+        log(f"bench: interrupted ({results['meta']['interrupted']}); writing what was measured")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if args.only and out.exists():
@@ -392,7 +403,7 @@ def main(argv: list[str]) -> int:
         log(f"bench: no plot: {type(exc).__name__}: {exc}")
     print(render(results))
     log(f"bench: results in {out}; took {results['meta']['seconds'] / 60:.1f} min")
-    return 0
+    return 1 if results["meta"].get("interrupted") else 0
 
 
 if __name__ == "__main__":

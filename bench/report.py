@@ -200,6 +200,8 @@ def render(results: dict[str, Any]) -> str:
         f"{'' if meta.get('code_at_start') == meta.get('code_at_end') else '; the working tree changed during the run'}). "
         f"Run took {meta.get('seconds', 0) / 60:.1f} min."
     )
+    if meta.get("interrupted"):
+        out.append(f"\n**Interrupted ({meta['interrupted']}): the sections after it are missing.**")
     if meta.get("section_seconds"):
         out.append(
             "\nSeconds per section (waits for quiet included): "
