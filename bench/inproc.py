@@ -33,7 +33,17 @@ def enqueue_many(config: str, count: int, size: int) -> dict[str, Any]:
     return {"stored": len(ids), "seconds": seconds, "payload_bytes": len(json.dumps(values[0]))}
 
 
-class InlineRunner:
+def _one_at_a_time() -> type:
+    # mq's own base gives run_many (what the drain calls) from run; older snapshots
+    # of mq_cli (--code REV) have no such class and call run directly.
+    try:
+        from mq_cli.handlers import OneAtATime
+    except ImportError:
+        return object
+    return OneAtATime
+
+
+class InlineRunner(_one_at_a_time()):  # type: ignore[misc]
     """Calls the handler in the drain's own process: no child, no pipe, no timeout."""
 
     def __init__(self, path: str, fmt: str) -> None:

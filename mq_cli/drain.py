@@ -15,6 +15,7 @@ import signal
 import socket
 import time
 from collections.abc import Callable
+from contextlib import closing
 from types import FrameType
 from typing import Any
 
@@ -48,7 +49,7 @@ class Drain:
         self.report = DrainReport()
         self.signals = 0
         self.runner: handlers.Runner | None = None
-        self.held: list[int] = []  # claimed ids not started yet
+        self.held: set[int] = set()  # claimed ids whose result is not recorded yet
         self.done: list[Message] = []  # succeeded, deletion deferred (group_ack)
         self._backend: Backend | None = None
         self._gave_up = False  # the database stayed away for a whole reconnect window
@@ -120,6 +121,8 @@ class Drain:
                 "got %s: finishing the running handler, returning the rest",
                 signal.Signals(signum).name,
             )
+            if self.runner is not None:
+                self.runner.stop()
         elif self.runner is not None:
             log.warning("got a second signal: stopping the running handler now")
             self.runner.kill()
@@ -193,7 +196,7 @@ class Drain:
             return backend.claim(queue.name, size, self.owner)
 
         batch = self._db(claim)
-        self.held = [m.id for m in batch]
+        self.held = {m.id for m in batch}
         self.report.claimed += len(batch)
         if batch:
             log.debug("queue %s: claimed %d message(s)", queue.name, len(batch))
@@ -208,45 +211,53 @@ class Drain:
             if time.monotonic() - self._last_beat >= beat_every:
                 self._heartbeat()
 
+        def admit(index: int) -> bool:
+            return batch[index].id in self.held and not self._should_stop()
+
+        jobs = [
+            (m.payload or b"", handlers.MessageInfo(m.id, m.queue, m.error_count, m.created_at))
+            for m in batch
+        ]
+        results = runner.run_many(
+            jobs, admit, queue.timeout or None, tick, tick_every, self.deadline
+        )
         try:
-            for index, message in enumerate(batch):
-                if self._should_stop():
-                    break
-                tick()
-                if message.id not in self.held:
-                    # Lost while this drain was paused (SIGSTOP, a frozen VM, a cut
-                    # link) past stalled_after: gc or another drain has it now.
-                    log.warning(
-                        "queue %s: message %d is no longer held by this drain (paused past "
-                        "stalled_after?); skipped", queue.name, message.id,
-                    )  # fmt: skip
-                    self.held = [i for i in self.held if i != message.id]
-                    continue
-                info = handlers.MessageInfo(
-                    message.id, message.queue, message.error_count, message.created_at
-                )
-                started = time.monotonic()
-                outcome = runner.run(
-                    message.payload or b"", info, queue.timeout or None, tick, tick_every
-                )
-                if self.signals > 1 and not outcome.ok:
-                    outcome = handlers.Outcome(ok=False, error="interrupted: the drain was stopped")
-                self.held = [m.id for m in batch[index + 1 :]]
-                if outcome.ok and self._deferrable(queue, message):
-                    self.report.succeeded += 1
-                    self.done.append(message)
-                    continue
-                self._acknowledge(queue, message, outcome, time.monotonic() - started)
+            # closing: a handler still running when we leave early is killed
+            # before its message is given back below.
+            with closing(results):
+                for index, outcome in results:
+                    message = batch[index]
+                    if not outcome.started:
+                        if message.id not in self.held:
+                            # Lost while this drain was paused (SIGSTOP, a frozen VM, a cut
+                            # link) past stalled_after: gc or another drain has it now.
+                            log.warning(
+                                "queue %s: message %d is no longer held by this drain (paused "
+                                "past stalled_after?); skipped", queue.name, message.id,
+                            )  # fmt: skip
+                        continue
+                    self.held.discard(message.id)
+                    if self.signals > 1 and not outcome.ok:
+                        outcome = handlers.Outcome(
+                            ok=False, error="interrupted: the drain was stopped"
+                        )
+                    if outcome.ok and self._deferrable(queue, message):
+                        self.report.succeeded += 1
+                        self.done.append(message)
+                    else:
+                        self._acknowledge(queue, message, outcome)
+                    tick()
         finally:
             if self.done:
                 self._acknowledge_group(queue)
             if self.held:
-                returned = self._db(lambda b: b.release(self.held, self.owner))
+                held = sorted(self.held)
+                returned = self._db(lambda b: b.release(held, self.owner))
                 self.report.returned += returned
                 log.info(
                     "queue %s: returned %d unstarted message(s) to ready", queue.name, returned
                 )
-                self.held = []
+                self.held = set()
 
     @staticmethod
     def _deferrable(queue: QueueConfig, message: Message) -> bool:
@@ -268,9 +279,7 @@ class Drain:
                 queue.name, len(ids) - deleted,
             )  # fmt: skip
 
-    def _acknowledge(
-        self, queue: QueueConfig, message: Message, outcome: handlers.Outcome, seconds: float
-    ) -> None:
+    def _acknowledge(self, queue: QueueConfig, message: Message, outcome: handlers.Outcome) -> None:
         if outcome.ok:
             self.report.succeeded += 1
             ours = self._ack(
@@ -279,7 +288,10 @@ class Drain:
                 message,
             )
             if ours:
-                log.info("queue %s: message %d done in %.3fs", queue.name, message.id, seconds)
+                log.info(
+                    "queue %s: message %d done in %.3fs",
+                    queue.name, message.id, outcome.seconds or 0.0,
+                )  # fmt: skip
         else:
             self.report.failed += 1
             attempts = message.error_count + 1
@@ -343,14 +355,14 @@ class Drain:
 
     def _heartbeat(self) -> None:
         self._last_beat = time.monotonic()
-        ids = self.held + [m.id for m in self.done]
+        ids = sorted(self.held) + [m.id for m in self.done]
         if not ids:
             return
         try:
             refreshed = self._db(lambda b: b.heartbeat(ids, self.owner), patience=2.0)
             if refreshed < len(ids):
                 still = set(self._db(lambda b: b.owned(ids, self.owner), patience=2.0))
-                self.held = [i for i in self.held if i in still]
+                self.held &= still
         except DatabaseError as exc:
             # The handler is still running; the acknowledgement will try again.
             log.warning("heartbeat failed: %s", exc)

@@ -18,7 +18,7 @@ import select
 import subprocess
 from collections.abc import Callable
 
-from .handlers import ERROR_LIMIT, MessageInfo, Outcome, Pacer, bounded, exec_argv
+from .handlers import ERROR_LIMIT, MessageInfo, OneAtATime, Outcome, Pacer, bounded, exec_argv
 from .models import iso
 from .pyrunner import death, kill_group
 
@@ -51,7 +51,7 @@ def _error(head: str, tail: str) -> str:
     return f"{head}: {bounded(tail, ERROR_LIMIT - len(head) - 2)}"
 
 
-class ExecRunner:
+class ExecRunner(OneAtATime):
     """A Runner for ``exec:`` handlers."""
 
     def __init__(self, path: str) -> None:

@@ -24,8 +24,8 @@ import shlex
 import shutil
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol
 
@@ -57,6 +57,11 @@ class Outcome:
     ok: bool
     error: str | None = None  # at most ERROR_LIMIT characters, the end of long text
     timed_out: bool = False
+    started: bool = True  # False: the handler never ran on it (stopping, no longer held)
+    seconds: float | None = field(default=None, compare=False)  # the handler's run time
+
+
+NOT_STARTED = Outcome(ok=False, started=False)
 
 
 def bounded(text: str, limit: int = ERROR_LIMIT) -> str:
@@ -256,8 +261,12 @@ def resolve(path: str) -> None:
         raise _not_callable(path, target)
 
 
+Job = tuple[bytes, MessageInfo]
+"""A payload and what its handler may learn about it (:func:`current_message`)."""
+
+
 class Runner(Protocol):
-    """Runs one handler on one message at a time; made by :func:`make_runner`."""
+    """Runs one handler on messages, one at a time; made by :func:`make_runner`."""
 
     def start(self) -> None:
         """Get ready to run; HandlerNotFound if the handler cannot be loaded."""
@@ -273,11 +282,71 @@ class Runner(Protocol):
         """Run the handler on one payload; ``tick()`` is called at least every ``tick_every`` s."""
         ...
 
+    def run_many(
+        self,
+        jobs: Sequence[Job],
+        admit: Callable[[int], bool],
+        timeout: float | None,
+        tick: Callable[[], None],
+        tick_every: float,
+        not_after: float | None = None,
+    ) -> Generator[tuple[int, Outcome], None, None]:
+        """Run the handler on each job; yield (index, outcome) as each one ends.
+
+        A job starts only if ``admit(index)`` says so just before, and not after
+        the monotonic time ``not_after``; one that does not start is yielded
+        with :data:`NOT_STARTED`. Every job is yielded exactly once.
+        """
+        ...
+
+    def stop(self) -> None:
+        """Start no further job; the running one finishes. Safe from a signal handler."""
+
     def close(self) -> None:
         """Stop gracefully (nothing is running between messages)."""
 
     def kill(self) -> None:
         """SIGKILL whatever runs now; safe to call from a signal handler."""
+
+
+class OneAtATime:
+    """``run_many`` for a runner that can only ``run`` one message after another."""
+
+    _stopped = False
+
+    def run(
+        self,
+        payload: bytes,
+        info: MessageInfo,
+        timeout: float | None,
+        tick: Callable[[], None],
+        tick_every: float,
+    ) -> Outcome:
+        raise NotImplementedError
+
+    def run_many(
+        self,
+        jobs: Sequence[Job],
+        admit: Callable[[int], bool],
+        timeout: float | None,
+        tick: Callable[[], None],
+        tick_every: float,
+        not_after: float | None = None,
+    ) -> Generator[tuple[int, Outcome], None, None]:
+        self._stopped = False
+        for index, (payload, info) in enumerate(jobs):
+            late = not_after is not None and time.monotonic() >= not_after
+            if self._stopped or late or not admit(index):
+                yield index, NOT_STARTED
+                continue
+            started = time.monotonic()
+            outcome = self.run(payload, info, timeout, tick, tick_every)
+            if outcome.seconds is None:
+                outcome = replace(outcome, seconds=time.monotonic() - started)
+            yield index, outcome
+
+    def stop(self) -> None:
+        self._stopped = True
 
 
 def make_runner(path: str, fmt: str) -> Runner:
@@ -309,6 +378,7 @@ class Pacer:
         self.every = max(tick_every, 0.001)
         self.next_tick = now + self.every
         self.tick = tick
+        self.ticks = 0  # how many times tick() was called
 
     def wait(self, cap: float | None = None) -> float:
         """Call ``tick`` if due; then the seconds to wait before the next tick or deadline."""
@@ -317,6 +387,7 @@ class Pacer:
             # Scheduled from before the call: a slow tick (a slow database)
             # must not stretch the interval between two ticks.
             self.next_tick = now + self.every
+            self.ticks += 1
             self.tick()
             now = time.monotonic()
         wait = self.next_tick - now

@@ -2,12 +2,18 @@
 
 A thread cannot be stopped and a signal cannot interrupt C code, so the only
 timeout that always works is killing a process. One child serves many
-messages (a message costs a pipe round trip, not an interpreter start); after
-a timeout or a crash the next message gets a fresh child.
+messages, not an interpreter start each; after a timeout or a crash the next
+message gets a fresh child.
+
+Messages are sent ahead (up to WINDOW of them): the child starts the next
+one as soon as the last one ends, while the drain records the last result
+in the database, so the pipe round trip costs no throughput. What was sent
+but has not started can be taken back (a stop, a message no longer held).
 """
 
 from __future__ import annotations
 
+import bisect
 import fcntl
 import math
 import os
@@ -15,15 +21,18 @@ import select
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections import deque
+from collections.abc import Callable, Generator, Sequence
 
 from .errors import HandlerNotFound
-from .handlers import MessageInfo, Outcome, Pacer, bounded
-from .worker import OK, OK_FRAME, FrameBuffer, ProtocolError, encode_frame, write_all
+from .handlers import NOT_STARTED, Job, MessageInfo, Outcome, Pacer, bounded
+from .worker import SKIP, SKIP_ALL, FrameBuffer, ProtocolError, encode_frame
 
 CLOSE_GRACE = 5.0  # seconds a child gets to exit after its pipe closes, before SIGKILL
 READ_CHUNK = 1 << 16
-SUCCESS = Outcome(ok=True)
+WINDOW = 32  # messages sent ahead of the running one ...
+WINDOW_BYTES = 1 << 20  # ... holding at most this many payload bytes (but always one)
 
 
 def _nothing() -> None:
@@ -73,6 +82,19 @@ def _child_env() -> dict[str, str]:
     return env
 
 
+class _Sent:
+    """A message in the pipe to the child, or running there."""
+
+    __slots__ = ("number", "index", "sent_at", "size")
+
+    def __init__(self, number: int, index: int, sent_at: float, size: int) -> None:
+        self.number, self.index, self.sent_at, self.size = number, index, sent_at, size
+
+
+def _always(index: int) -> bool:
+    return True
+
+
 class PythonRunner:
     """A Runner for ``package.module:callable`` handlers."""
 
@@ -81,9 +103,14 @@ class PythonRunner:
         self.fmt = fmt
         self._proc: subprocess.Popen[bytes] | None = None
         self._rfd = -1  # replies from the child
-        self._wfd = -1  # messages to the child
+        self._wfd = -1  # messages to the child (non-blocking)
+        self._cfd = -1  # take-backs to the child (non-blocking)
+        self._out = bytearray()  # frames not yet written to _wfd
         self._buffer = FrameBuffer()
         self._poller = select.poll()
+        self._number = 0  # the last message number sent to this child
+        self._taken = 0  # the highest number taken back from this child
+        self._stopped = False
         self._killed = False
 
     @property
@@ -99,7 +126,7 @@ class PythonRunner:
 
     def start(self) -> None:
         if self._proc is None:
-            failed = self._spawn(Pacer(None, _nothing, 3600.0))
+            failed = self._spawn(Pacer(None, _nothing, 3600.0), None, None)
             if failed is not None:
                 module = self.path.partition(":")[0]
                 raise HandlerNotFound(
@@ -115,39 +142,103 @@ class PythonRunner:
         tick: Callable[[], None],
         tick_every: float,
     ) -> Outcome:
-        pacer = Pacer(timeout, tick, tick_every)
-        try:
-            if self._proc is not None and self._proc.poll() is not None:
-                # Died between messages (a handler's thread called os._exit...):
-                # this message has not been sent yet, so just start over.
-                self._discard()
-            if self._proc is None:
-                failed = self._spawn(pacer)
-                if failed is not None:
-                    return failed
-            header: dict[str, object] = {
-                "id": info.id,
-                "queue": info.queue,
-                "error_count": info.error_count,
-                "created_at": info.created_at.isoformat(),
-            }
-            try:
-                write_all(self._wfd, encode_frame(header, payload))
-            except BrokenPipeError:
-                return self._died()
-            reply = self._receive(pacer)
-        except BaseException:
-            # An exception from tick() or a KeyboardInterrupt leaves the child
-            # mid-message; a later run() would read this message's reply.
+        for _, outcome in self.run_many([(payload, info)], _always, timeout, tick, tick_every):
+            return outcome
+        raise AssertionError("run_many yields every job")
+
+    def run_many(
+        self,
+        jobs: Sequence[Job],
+        admit: Callable[[int], bool],
+        timeout: float | None,
+        tick: Callable[[], None],
+        tick_every: float,
+        not_after: float | None = None,
+    ) -> Generator[tuple[int, Outcome], None, None]:
+        if self._taken >= SKIP_ALL:  # stopped earlier: this child would start nothing
             self._discard()
+        self._stopped = False
+        todo: deque[int] = deque(range(len(jobs)))  # not sent (or taken back), in order
+        sent: deque[_Sent] = deque()
+        pacer = Pacer(None, tick, tick_every)
+        ended = 0.0  # when the child ended its last message (time.monotonic)
+
+        def runnable(index: int) -> bool:
+            late = not_after is not None and time.monotonic() >= not_after
+            return not (self._stopped or late) and admit(index)
+
+        def take_back_unwanted() -> None:
+            # After a tick (a heartbeat may have found messages gone) or a stop.
+            if self._number > self._taken and not all(runnable(s.index) for s in sent):
+                self._take_back(self._number)
+
+        try:
+            while todo or sent:
+                if len(sent) <= WINDOW // 2:
+                    while todo and len(sent) < WINDOW:
+                        if sent and sum(s.size for s in sent) >= WINDOW_BYTES:
+                            break
+                        index = todo.popleft()
+                        if not runnable(index):
+                            yield index, NOT_STARTED
+                            continue
+                        if not sent and (self._proc is None or self._proc.poll() is not None):
+                            # None running, or it died between messages (a handler's thread
+                            # called os._exit...) before this one was sent: start over.
+                            self._discard()
+                            deadline = time.monotonic() + timeout if timeout else None
+                            failed = self._spawn(pacer, deadline, timeout)
+                            if failed is not None:
+                                yield index, failed
+                                continue
+                        sent.append(self._send(jobs[index], index, not_after))
+                    if not sent:
+                        continue
+                head = sent[0]
+                deadline = max(ended, head.sent_at) + timeout if timeout else None
+                reply = self._next_reply(pacer, deadline, timeout, take_back_unwanted)
+                if not isinstance(reply, Outcome) and reply.get("n") != head.number:
+                    self._discard()
+                    reply = Outcome(
+                        ok=False,
+                        error=f"handler process broke the protocol: reply {reply.get('n')!r} "
+                        f"to message {head.number}",
+                    )
+                if isinstance(reply, Outcome):  # the child is gone: nothing else started
+                    sent.popleft()
+                    for other in sent:
+                        bisect.insort(todo, other.index)
+                    sent.clear()
+                    yield head.index, reply
+                    continue
+                sent.popleft()
+                ended = float(reply.get("t") or 0.0)  # type: ignore[arg-type]
+                if reply.get("skipped"):
+                    if runnable(head.index):  # taken back with others: send it again
+                        bisect.insort(todo, head.index)
+                    else:
+                        yield head.index, NOT_STARTED
+                    continue
+                seconds = reply.get("s")
+                seconds = float(seconds) if isinstance(seconds, (int, float)) else None
+                if reply.get("ok") is True:
+                    yield head.index, Outcome(ok=True, seconds=seconds)
+                else:
+                    error = _clean(reply.get("error"))
+                    yield head.index, Outcome(ok=False, error=error, seconds=seconds)
+        except BaseException:
+            # An exception from tick(), from the caller between two results, or the
+            # caller abandoning us (GeneratorExit): a handler may be running on a
+            # message the caller is about to give back. Kill it first.
+            if sent:
+                self._discard()
             raise
-        if reply is OK:
-            return SUCCESS
-        if isinstance(reply, Outcome):
-            return reply
-        if reply.get("ok") is True:
-            return SUCCESS
-        return Outcome(ok=False, error=_clean(reply.get("error")))
+
+    def stop(self) -> None:
+        # May run in a signal handler: a flag and one atomic write, nothing else.
+        self._stopped = True
+        if self._cfd >= 0:
+            self._take_back(SKIP_ALL)
 
     def close(self) -> None:
         proc = self._proc
@@ -170,49 +261,53 @@ class PythonRunner:
             self._killed = True
             kill_group(proc.pid)
 
-    def _spawn(self, pacer: Pacer) -> Outcome | None:
-        """Start a child and wait for its 'ready'; an Outcome if it died or timed out."""
-        p2c_r, p2c_w = map(_above_stdio, os.pipe())
-        c2p_r, c2p_w = map(_above_stdio, os.pipe())
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "mq_cli.worker", self.path, self.fmt]
-                + [str(p2c_r), str(c2p_w)],
-                stdin=subprocess.DEVNULL,
-                pass_fds=(p2c_r, c2p_w),
-                env=_child_env(),
-                # Its own process group, so a timeout also kills what the
-                # handler started, and a Ctrl-C in a terminal reaches only
-                # the drain, which decides.
-                start_new_session=True,
-            )
-        except BaseException:
-            os.close(p2c_w)
-            os.close(c2p_r)
-            raise
-        finally:
-            os.close(p2c_r)
-            os.close(c2p_w)
-        self._proc, self._wfd, self._rfd = proc, p2c_w, c2p_r
-        self._buffer = FrameBuffer()
-        self._poller = select.poll()
-        self._poller.register(c2p_r, select.POLLIN)
-        self._killed = False
-        hello = self._receive(pacer)
-        if isinstance(hello, Outcome):
-            return hello
-        if hello.get("ready") is not True:
-            self._discard()
-            raise HandlerNotFound(_clean(hello.get("error")) or f"handler {self.path!r}: no ready")
-        return None
+    def _send(self, job: Job, index: int, not_after: float | None) -> _Sent:
+        payload, info = job
+        self._number += 1
+        header: dict[str, object] = {
+            "n": self._number,
+            "id": info.id,
+            "queue": info.queue,
+            "error_count": info.error_count,
+            "created_at": info.created_at.isoformat(),
+            "until": not_after,
+        }
+        self._out += encode_frame(header, payload)
+        self._flush()
+        return _Sent(self._number, index, time.monotonic(), len(payload))
 
-    def _receive(self, pacer: Pacer) -> dict[str, object] | Outcome:
+    def _flush(self) -> None:
+        """Write what the pipe takes now; the rest waits for POLLOUT in _next_reply."""
+        try:
+            while self._out:
+                del self._out[: os.write(self._wfd, self._out)]
+        except BlockingIOError:
+            pass
+        except BrokenPipeError:  # the child died: its EOF tells the rest
+            self._out.clear()
+        self._poller.modify(self._wfd, select.POLLOUT if self._out else 0)
+
+    def _take_back(self, number: int) -> None:
+        if number <= self._taken:
+            return
+        self._taken = number
+        try:
+            os.write(self._cfd, SKIP.pack(number))
+        except (BlockingIOError, BrokenPipeError):
+            # Full: the child has not read 8,000 earlier take-backs, so it is not
+            # between messages; or it is gone. Either way it starts nothing new.
+            pass
+
+    def _next_reply(
+        self,
+        pacer: Pacer,
+        deadline: float | None,
+        timeout: float | None,
+        after_tick: Callable[[], None],
+    ) -> dict[str, object] | Outcome:
         """The child's next frame, calling tick() meanwhile; an Outcome if it never comes."""
         buffer = self._buffer
         while True:
-            if buffer.data == OK_FRAME:  # most replies: skip the JSON
-                buffer.data.clear()
-                return OK
             try:
                 frame = buffer.next_frame()
             except ProtocolError as exc:
@@ -220,14 +315,68 @@ class PythonRunner:
                 return Outcome(ok=False, error=f"handler process broke the protocol: {exc}")
             if frame is not None:
                 return frame[0]
-            if pacer.expired():
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
                 self._discard()
-                return Outcome(ok=False, error=pacer.timeout_error(), timed_out=True)
-            if self._poller.poll(math.ceil(pacer.wait() * 1000)):
-                chunk = os.read(self._rfd, READ_CHUNK)
-                if not chunk:
-                    return self._died()
-                buffer.feed(chunk)
+                return Outcome(ok=False, error=f"timed out after {timeout:g}s", timed_out=True)
+            ticks = pacer.ticks
+            wait = pacer.wait(None if deadline is None else deadline - now)
+            if pacer.ticks != ticks:
+                after_tick()
+            for fd, event in self._poller.poll(math.ceil(wait * 1000)):
+                if fd == self._rfd:
+                    chunk = os.read(self._rfd, READ_CHUNK)
+                    if not chunk:
+                        return self._died()
+                    buffer.feed(chunk)
+                elif event & select.POLLOUT:
+                    self._flush()
+                else:  # POLLERR: the child closed its end (died)
+                    self._out.clear()
+                    self._poller.modify(self._wfd, 0)
+
+    def _spawn(self, pacer: Pacer, deadline: float | None, timeout: float | None) -> Outcome | None:
+        """Start a child and wait for its 'ready'; an Outcome if it died or timed out."""
+        p2c_r, p2c_w = map(_above_stdio, os.pipe())
+        c2p_r, c2p_w = map(_above_stdio, os.pipe())
+        ctl_r, ctl_w = map(_above_stdio, os.pipe())
+        theirs = (p2c_r, c2p_w, ctl_r)
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "mq_cli.worker", self.path, self.fmt]
+                + [str(fd) for fd in theirs],
+                stdin=subprocess.DEVNULL,
+                pass_fds=theirs,
+                env=_child_env(),
+                # Its own process group, so a timeout also kills what the
+                # handler started, and a Ctrl-C in a terminal reaches only
+                # the drain, which decides.
+                start_new_session=True,
+            )
+        except BaseException:
+            for fd in (p2c_w, c2p_r, ctl_w):
+                os.close(fd)
+            raise
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        os.set_blocking(p2c_w, False)
+        os.set_blocking(ctl_w, False)
+        self._proc, self._wfd, self._rfd, self._cfd = proc, p2c_w, c2p_r, ctl_w
+        self._buffer = FrameBuffer()
+        self._out = bytearray()
+        self._number = self._taken = 0
+        self._poller = select.poll()
+        self._poller.register(c2p_r, select.POLLIN)
+        self._poller.register(p2c_w, 0)
+        self._killed = False
+        hello = self._next_reply(pacer, deadline, timeout, _nothing)
+        if isinstance(hello, Outcome):
+            return hello
+        if hello.get("ready") is not True:
+            self._discard()
+            raise HandlerNotFound(_clean(hello.get("error")) or f"handler {self.path!r}: no ready")
+        return None
 
     def _died(self) -> Outcome:
         proc = self._proc
@@ -256,12 +405,16 @@ class PythonRunner:
         self._forget()
 
     def _forget(self) -> None:
-        for fd in (self._rfd, self._wfd):
+        # _cfd first: a signal handler (stop) may write to it at any moment.
+        fds = (self._cfd, self._rfd, self._wfd)
+        self._cfd = self._rfd = self._wfd = -1
+        for fd in fds:
             if fd >= 0:
                 os.close(fd)
-        self._rfd = self._wfd = -1
         self._proc = None
         self._buffer = FrameBuffer()
+        self._out = bytearray()
+        self._number = self._taken = 0
 
 
 def _clean(error: object) -> str | None:

@@ -1,15 +1,27 @@
-"""The child process that runs a Python handler: ``python -m mq_cli.worker PATH FORMAT RFD WFD``.
+"""The child process that runs a Python handler: ``python -m mq_cli.worker PATH FORMAT RFD WFD CFD``.
 
 It lives as long as the drain's runner (one import, one class instance, for
-many messages) and talks to it over two dedicated pipes, so the handler's own
+many messages) and talks to it over dedicated pipes, so the handler's own
 prints on stdout/stderr never corrupt the protocol.
 
-Frames, both ways: ``>IQ`` (header length, body length), a JSON header, raw
-body bytes. JSON and bytes only: nothing the parent reads can execute code.
+Frames on RFD and WFD: ``>IQ`` (header length, body length), a JSON header,
+raw body bytes. JSON and bytes only: nothing the parent reads can execute code.
 
 - child -> parent, once: ``{"ready": true}`` or ``{"ready": false, "error": ...}``
-- parent -> child, per message: ``{"id", "queue", "error_count", "created_at"}`` + payload
-- child -> parent, per message: ``{"ok": bool, "error": str | null}``
+- parent -> child, per message: ``{"n", "id", "queue", "error_count", "created_at",
+  "until"}`` + payload. ``n`` numbers the messages (1, 2, ...); ``until`` is a
+  ``time.monotonic()`` after which the message must not start (or null).
+- child -> parent, per message, in order: ``{"n", "ok", "error", "t", "s"}``
+  (``t``: the monotonic time it ended, ``s``: the handler's seconds), or
+  ``{"n", "skipped": true, "t"}`` for one it did not start.
+
+The parent sends messages ahead, so the child starts the next one the moment
+the last one ends (the round trip over the pipes is hidden behind the
+parent's database work). To take back messages it sent, the parent writes
+8-byte ``>q`` numbers on CFD: the child skips every message numbered up to
+the highest it has read there, unless it has started it already. CFD carries
+fixed-size records, each written at once, so a signal handler in the parent
+may write one while the main loop is between writes.
 
 The worker exits when the drain closes its pipe, and dies at once (with what
 its handler started) if the drain dies while a handler runs.
@@ -25,6 +37,7 @@ import signal
 import struct
 import sys
 import threading
+import time
 import traceback
 from datetime import datetime
 
@@ -33,6 +46,8 @@ from .handlers import MessageInfo, _set_current, bounded, load
 from .payloads import decode
 
 PREFIX = struct.Struct(">IQ")
+SKIP = struct.Struct(">q")
+SKIP_ALL = (1 << 62) - 1  # on CFD: start nothing more, ever
 MAX_HEADER = 1 << 20
 READ_CHUNK = 1 << 16
 MAX_READ = 1 << 20
@@ -141,10 +156,10 @@ def _watch_drain(fd: int) -> None:
 
 
 OK: dict[str, object] = {"ok": True}
-OK_FRAME = encode_frame(OK)  # the common reply, encoded once
 
 
 def _run_one(handler: object, fmt: str, header: dict[str, object], body: bytes) -> dict:
+    """Run the handler on one message: ``{"ok": True}`` or ``{"ok": False, "error": ...}``."""
     global _handler_running
     info = MessageInfo(
         id=int(header["id"]),  # type: ignore[call-overload]
@@ -187,8 +202,44 @@ def _no_op(signum: int, frame: object) -> None:
     pass
 
 
+def _skip_upto(cfd: int, current: int) -> int:
+    """The highest message number the parent took back so far (non-blocking)."""
+    while True:
+        try:
+            data = os.read(cfd, 4096)
+        except BlockingIOError:
+            return current
+        if not data:  # the parent closed it: nothing more will come
+            return current
+        for (number,) in SKIP.iter_unpack(data[: len(data) - len(data) % SKIP.size]):
+            current = max(current, number)
+
+
+def _serve(handler: object, fmt: str, rfd: int, wfd: int, cfd: int) -> None:
+    buffer = FrameBuffer()  # may hold messages sent ahead, read with an earlier one
+    skip = 0
+    while True:
+        frame = _read_frame(rfd, buffer)
+        if frame is None:  # the drain closed the pipe or died: nothing more to do
+            return
+        header, body = frame
+        number = int(header["n"])  # type: ignore[call-overload]
+        skip = _skip_upto(cfd, skip)
+        until = header.get("until")
+        if number <= skip or (until is not None and time.monotonic() >= until):  # type: ignore[operator]
+            reply: dict[str, object] = {"n": number, "skipped": True, "t": time.monotonic()}
+        else:
+            started = time.monotonic()
+            reply = dict(_run_one(handler, fmt, header, body))
+            reply["n"] = number
+            reply["t"] = ended = time.monotonic()
+            reply["s"] = round(ended - started, 6)
+        write_all(wfd, encode_frame(reply))
+
+
 def main(argv: list[str]) -> int:
-    path, fmt, rfd, wfd = argv[0], argv[1], int(argv[2]), int(argv[3])
+    path, fmt, rfd, wfd, cfd = argv[0], argv[1], int(argv[2]), int(argv[3]), int(argv[4])
+    os.set_blocking(cfd, False)
     # The drain decides what a signal means (the first lets the handler finish),
     # so ours must not kill us. A no-op handler rather than SIG_IGN because
     # ignored signals survive exec: programs the handler starts would ignore
@@ -207,15 +258,10 @@ def main(argv: list[str]) -> int:
     threading.Thread(target=_watch_drain, args=(rfd,), name="mq-watch-drain", daemon=True).start()
     try:
         write_all(wfd, encode_frame({"ready": True}))
-        buffer = FrameBuffer()
-        while True:
-            frame = _read_frame(rfd, buffer)
-            if frame is None:  # the drain closed the pipe or died: nothing more to do
-                return 0
-            reply = _run_one(handler, fmt, *frame)
-            write_all(wfd, OK_FRAME if reply is OK else encode_frame(reply))
+        _serve(handler, fmt, rfd, wfd, cfd)
     except BrokenPipeError:  # the drain died while we ran a handler
-        return 0
+        pass
+    return 0
 
 
 if __name__ == "__main__":

@@ -148,3 +148,14 @@ def spawns_sleeper(payload: dict) -> None:
 
 async def async_record(payload: dict) -> None:
     _append(payload["file"], "awaited")
+
+
+def step(payload: dict) -> None:
+    """Records its "n" and pid in its "file", then sleeps, fails or exits as it says."""
+    _append(payload["file"], {"n": payload["n"], "pid": os.getpid()})
+    if payload.get("sleep"):
+        time.sleep(payload["sleep"])
+    if payload.get("exit") is not None:
+        os._exit(payload["exit"])
+    if payload.get("fail"):
+        raise RuntimeError(payload["fail"] * payload.get("repeat", 1))
