@@ -103,7 +103,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--code", default="worktree", metavar="worktree|live|REV",
         help="what mq_cli to measure: a copy of the working tree taken at start (default), "
-        "the live editable install, or a git revision (e.g. HEAD; read with git archive)",
+        "the live working tree, or a git revision (e.g. HEAD; read with git archive)",
     )  # fmt: skip
     parser.add_argument(
         "--wait-quiet", type=float, default=0.0, metavar="SECONDS",

@@ -59,6 +59,8 @@ class InlineRunner(_one_at_a_time()):  # type: ignore[misc]
         from mq_cli.handlers import Outcome, _set_current
         from mq_cli.payloads import decode
 
+        if self.func is None:  # the drain no longer calls start() (mq's runner starts lazily)
+            self.start()
         _set_current(info)
         try:
             result = self.func(decode(payload, self.fmt))

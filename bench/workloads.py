@@ -112,11 +112,11 @@ def floor_insert(t: Target, count: int, workdir: Path) -> dict[str, Any]:
 def plain_install(home: Path) -> tuple[str, str]:
     """A venv that sees mq and its dependencies as a regular (non-editable) install would.
 
-    bench/.venv has mq installed editable, and setuptools' editable finder is
-    imported by every interpreter start there (~10 ms, more under load), which
-    would flatter mq's ratio to the baselines. Here a .pth line puts the mq_cli
-    being measured and bench/.venv's site-packages on sys.path instead, and
-    `mq` is the same console script pip writes.
+    Whatever bench/.venv holds (an editable install's finder, imported by every
+    interpreter start, costs ~10 ms and would flatter mq's ratio to the
+    baselines), here a .pth line puts the mq_cli being measured and
+    bench/.venv's site-packages on sys.path, and `mq` is the same console
+    script pip writes.
     """
     venv = home / "venv"
     base = getattr(sys, "_base_executable", sys.executable)

@@ -142,7 +142,8 @@ class Drain:
         runner = handlers.make_runner(path, queue.format)
         self.runner = runner
         try:
-            runner.start()
+            # No runner.start(): a Python handler's child starts with the first
+            # batch, so a cron drain of an empty queue starts no second process.
             idle = WAIT_POLL_MIN
             while not self._should_stop():
                 batch = self._claim(queue)

@@ -27,7 +27,16 @@ from collections.abc import Callable, Generator, Sequence
 
 from .errors import HandlerNotFound
 from .handlers import NOT_STARTED, Job, MessageInfo, Outcome, Pacer, bounded
-from .worker import SKIP, SKIP_ALL, FrameBuffer, ProtocolError, encode_frame
+from .worker import (
+    FAILED,
+    REPLY,
+    SKIP,
+    SKIP_ALL,
+    SKIPPED,
+    FrameBuffer,
+    ProtocolError,
+    encode_message,
+)
 
 CLOSE_GRACE = 5.0  # seconds a child gets to exit after its pipe closes, before SIGKILL
 READ_CHUNK = 1 << 16
@@ -112,6 +121,7 @@ class PythonRunner:
         self._taken = 0  # the highest number taken back from this child
         self._stopped = False
         self._killed = False
+        self._ready_once = False  # a child of ours got ready at least once
 
     @property
     def pid(self) -> int | None:
@@ -125,14 +135,21 @@ class PythonRunner:
         self.close()
 
     def start(self) -> None:
+        """Start the child now (run_many would start it with the first message)."""
         if self._proc is None:
-            failed = self._spawn(Pacer(None, _nothing, 3600.0), None, None)
-            if failed is not None:
-                module = self.path.partition(":")[0]
-                raise HandlerNotFound(
-                    f"handler {self.path!r} could not be loaded ({failed.error}); "
-                    f"run `python -c 'import {module}'` to see why"
-                )
+            self._first_spawn(Pacer(None, _nothing, 3600.0), None, None)
+
+    def _first_spawn(self, pacer: Pacer, deadline: float | None, timeout: float | None) -> None:
+        # A child that never got ready is the handler's fault, not a message's:
+        # HandlerNotFound (exit 2), and the drain gives the batch back untouched.
+        failed = self._spawn(pacer, deadline, timeout)
+        if failed is not None:
+            module = self.path.partition(":")[0]
+            raise HandlerNotFound(
+                f"handler {self.path!r} could not be loaded ({failed.error}); "
+                f"run `python -c 'import {module}'` to see why"
+            )
+        self._ready_once = True
 
     def run(
         self,
@@ -187,23 +204,19 @@ class PythonRunner:
                             # called os._exit...) before this one was sent: start over.
                             self._discard()
                             deadline = time.monotonic() + timeout if timeout else None
-                            failed = self._spawn(pacer, deadline, timeout)
-                            if failed is not None:
+                            if not self._ready_once:
+                                self._first_spawn(pacer, deadline, timeout)
+                            elif failed := self._spawn(pacer, deadline, timeout):
                                 yield index, failed
                                 continue
                         sent.append(self._send(jobs[index], index, not_after))
+                    self._flush()
                     if not sent:
                         continue
                 head = sent[0]
                 deadline = max(ended, head.sent_at) + timeout if timeout else None
-                reply = self._next_reply(pacer, deadline, timeout, take_back_unwanted)
-                if not isinstance(reply, Outcome) and reply.get("n") != head.number:
-                    self._discard()
-                    reply = Outcome(
-                        ok=False,
-                        error=f"handler process broke the protocol: reply {reply.get('n')!r} "
-                        f"to message {head.number}",
-                    )
+                frame = self._next_reply(pacer, deadline, timeout, take_back_unwanted)
+                reply = frame if isinstance(frame, Outcome) else self._reply(frame, head.number)
                 if isinstance(reply, Outcome):  # the child is gone: nothing else started
                     sent.popleft()
                     for other in sent:
@@ -212,20 +225,16 @@ class PythonRunner:
                     yield head.index, reply
                     continue
                 sent.popleft()
-                ended = float(reply.get("t") or 0.0)  # type: ignore[arg-type]
-                if reply.get("skipped"):
+                kind, ended, seconds, error = reply
+                if kind == SKIPPED:
                     if runnable(head.index):  # taken back with others: send it again
                         bisect.insort(todo, head.index)
                     else:
                         yield head.index, NOT_STARTED
-                    continue
-                seconds = reply.get("s")
-                seconds = float(seconds) if isinstance(seconds, (int, float)) else None
-                if reply.get("ok") is True:
-                    yield head.index, Outcome(ok=True, seconds=seconds)
+                elif kind == FAILED:
+                    yield head.index, Outcome(ok=False, error=_clean(error), seconds=seconds)
                 else:
-                    error = _clean(reply.get("error"))
-                    yield head.index, Outcome(ok=False, error=error, seconds=seconds)
+                    yield head.index, Outcome(ok=True, seconds=seconds)
         except BaseException:
             # An exception from tick(), from the caller between two results, or the
             # caller abandoning us (GeneratorExit): a handler may be running on a
@@ -264,20 +273,28 @@ class PythonRunner:
     def _send(self, job: Job, index: int, not_after: float | None) -> _Sent:
         payload, info = job
         self._number += 1
-        header: dict[str, object] = {
-            "n": self._number,
-            "id": info.id,
-            "queue": info.queue,
-            "error_count": info.error_count,
-            "created_at": info.created_at.isoformat(),
-            "until": not_after,
-        }
-        self._out += encode_frame(header, payload)
-        self._flush()
+        self._out += encode_message(self._number, info, not_after, payload)
         return _Sent(self._number, index, time.monotonic(), len(payload))
+
+    def _reply(
+        self, frame: tuple[dict[str, object] | None, bytes], number: int
+    ) -> tuple[int, float, float, str] | Outcome:
+        """(kind, ended, seconds, error) from a reply frame; an Outcome if it is not one."""
+        header, body = frame
+        if header is None and len(body) >= REPLY.size:
+            got, kind, ended, seconds = REPLY.unpack_from(body)
+            if got == number:
+                return kind, ended, seconds, body[REPLY.size :].decode("utf-8", "replace")
+            problem = f"reply to message {got} when {number} was running"
+        else:
+            problem = f"not a reply: {header!r}"
+        self._discard()
+        return Outcome(ok=False, error=f"handler process broke the protocol: {problem}")
 
     def _flush(self) -> None:
         """Write what the pipe takes now; the rest waits for POLLOUT in _next_reply."""
+        if not self._out:
+            return
         try:
             while self._out:
                 del self._out[: os.write(self._wfd, self._out)]
@@ -304,7 +321,7 @@ class PythonRunner:
         deadline: float | None,
         timeout: float | None,
         after_tick: Callable[[], None],
-    ) -> dict[str, object] | Outcome:
+    ) -> tuple[dict[str, object] | None, bytes] | Outcome:
         """The child's next frame, calling tick() meanwhile; an Outcome if it never comes."""
         buffer = self._buffer
         while True:
@@ -314,7 +331,7 @@ class PythonRunner:
                 self._discard()
                 return Outcome(ok=False, error=f"handler process broke the protocol: {exc}")
             if frame is not None:
-                return frame[0]
+                return frame
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 self._discard()
@@ -370,9 +387,10 @@ class PythonRunner:
         self._poller.register(c2p_r, select.POLLIN)
         self._poller.register(p2c_w, 0)
         self._killed = False
-        hello = self._next_reply(pacer, deadline, timeout, _nothing)
-        if isinstance(hello, Outcome):
-            return hello
+        frame = self._next_reply(pacer, deadline, timeout, _nothing)
+        if isinstance(frame, Outcome):
+            return frame
+        hello = frame[0] or {}
         if hello.get("ready") is not True:
             self._discard()
             raise HandlerNotFound(_clean(hello.get("error")) or f"handler {self.path!r}: no ready")

@@ -5,15 +5,19 @@ many messages) and talks to it over dedicated pipes, so the handler's own
 prints on stdout/stderr never corrupt the protocol.
 
 Frames on RFD and WFD: ``>IQ`` (header length, body length), a JSON header,
-raw body bytes. JSON and bytes only: nothing the parent reads can execute code.
+raw body bytes; nothing the parent reads can execute code.
 
 - child -> parent, once: ``{"ready": true}`` or ``{"ready": false, "error": ...}``
-- parent -> child, per message: ``{"n", "id", "queue", "error_count", "created_at",
-  "until"}`` + payload. ``n`` numbers the messages (1, 2, ...); ``until`` is a
-  ``time.monotonic()`` after which the message must not start (or null).
-- child -> parent, per message, in order: ``{"n", "ok", "error", "t", "s"}``
-  (``t``: the monotonic time it ended, ``s``: the handler's seconds), or
-  ``{"n", "skipped": true, "t"}`` for one it did not start.
+- then, per message, frames with no header and a fixed binary start (a JSON
+  header costs more than a trivial handler):
+
+  - parent -> child: :data:`MESSAGE` (number ``n`` = 1, 2, ..., id,
+    error_count, created_at in microseconds since the epoch, ``until``: a
+    ``time.monotonic()`` after which it must not start, NaN for none, length
+    of the queue name), the queue name, the payload;
+  - child -> parent, in order: :data:`REPLY` (``n``, DONE/FAILED/SKIPPED,
+    ``t``: the monotonic time it ended, ``s``: the handler's seconds), then for
+    FAILED the error text (UTF-8).
 
 The parent sends messages ahead, so the child starts the next one the moment
 the last one ends (the round trip over the pipes is hidden behind the
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 import select
 import signal
@@ -39,7 +44,7 @@ import sys
 import threading
 import time
 import traceback
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 
 from .errors import HandlerNotFound
 from .handlers import MessageInfo, _set_current, bounded, load
@@ -48,6 +53,11 @@ from .payloads import decode
 PREFIX = struct.Struct(">IQ")
 SKIP = struct.Struct(">q")
 SKIP_ALL = (1 << 62) - 1  # on CFD: start nothing more, ever
+MESSAGE = struct.Struct(">QqqqdH")  # n, id, error_count, created_at µs, until, len(queue)
+REPLY = struct.Struct(">QBdd")  # n, kind, t, s
+DONE, FAILED, SKIPPED = 0, 1, 2
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+ONE_US = timedelta(microseconds=1)
 MAX_HEADER = 1 << 20
 READ_CHUNK = 1 << 16
 MAX_READ = 1 << 20
@@ -66,6 +76,27 @@ def encode_frame(header: dict[str, object], body: bytes = b"") -> bytes:
     return PREFIX.pack(len(head), len(body)) + head + body
 
 
+def encode_message(number: int, info: MessageInfo, until: float | None, payload: bytes) -> bytes:
+    queue = info.queue.encode()
+    created = (info.created_at - EPOCH) // ONE_US
+    head = MESSAGE.pack(
+        number, info.id, info.error_count, created, math.nan if until is None else until, len(queue)
+    )
+    return PREFIX.pack(0, len(head) + len(queue) + len(payload)) + head + queue + payload
+
+
+def decode_message(body: bytes) -> tuple[int, MessageInfo, float | None, bytes]:
+    number, ident, errors, created, until, length = MESSAGE.unpack_from(body)
+    start = MESSAGE.size + length
+    info = MessageInfo(ident, body[MESSAGE.size : start].decode(), errors, EPOCH + created * ONE_US)
+    return number, info, None if math.isnan(until) else until, body[start:]
+
+
+def encode_reply(number: int, kind: int, ended: float, seconds: float, error: str = "") -> bytes:
+    body = REPLY.pack(number, kind, ended, seconds) + error.encode("utf-8", "replace")
+    return PREFIX.pack(0, len(body)) + body
+
+
 class FrameBuffer:
     """Bytes received so far; frames come out whole however the reads were cut."""
 
@@ -82,7 +113,8 @@ class FrameBuffer:
         head_len, body_len = PREFIX.unpack_from(self.data)
         return PREFIX.size + head_len + body_len - len(self.data)
 
-    def next_frame(self) -> tuple[dict[str, object], bytes] | None:
+    def next_frame(self) -> tuple[dict[str, object] | None, bytes] | None:
+        """The next whole frame: (JSON header, body), or (None, body) for a binary one."""
         if len(self.data) < PREFIX.size:
             return None
         head_len, body_len = PREFIX.unpack_from(self.data)
@@ -91,6 +123,10 @@ class FrameBuffer:
         end = PREFIX.size + head_len + body_len
         if len(self.data) < end:
             return None
+        if not head_len:
+            body = bytes(self.data[PREFIX.size : end])
+            del self.data[:end]
+            return None, body
         try:
             header = json.loads(self.data[PREFIX.size : PREFIX.size + head_len])
         except ValueError as exc:
@@ -108,7 +144,7 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _read_frame(fd: int, buffer: FrameBuffer) -> tuple[dict[str, object], bytes] | None:
+def _read_frame(fd: int, buffer: FrameBuffer) -> tuple[dict[str, object] | None, bytes] | None:
     """The next frame, or None when the parent closed the pipe (or died)."""
     while True:
         frame = buffer.next_frame()
@@ -155,22 +191,13 @@ def _watch_drain(fd: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-OK: dict[str, object] = {"ok": True}
-
-
-def _run_one(handler: object, fmt: str, header: dict[str, object], body: bytes) -> dict:
-    """Run the handler on one message: ``{"ok": True}`` or ``{"ok": False, "error": ...}``."""
+def _run_one(handler: object, fmt: str, info: MessageInfo, body: bytes) -> str | None:
+    """Run the handler on one message: None if it succeeded, else the error."""
     global _handler_running
-    info = MessageInfo(
-        id=int(header["id"]),  # type: ignore[call-overload]
-        queue=str(header["queue"]),
-        error_count=int(header["error_count"]),  # type: ignore[call-overload]
-        created_at=datetime.fromisoformat(str(header["created_at"])),
-    )
     try:
         value = decode(body, fmt)
     except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        return {"ok": False, "error": f"payload is not valid {fmt}: {exc}"}
+        return f"payload is not valid {fmt}: {exc}"
     _set_current(info)
     _handler_running = True
     try:
@@ -182,7 +209,7 @@ def _run_one(handler: object, fmt: str, header: dict[str, object], body: bytes) 
 
             result = asyncio.run(result)
     except BaseException as exc:  # even SystemExit: it fails the message, not the worker
-        return {"ok": False, "error": _describe(exc)}
+        return _describe(exc)
     finally:
         _handler_running = False
         _set_current(None)
@@ -194,8 +221,8 @@ def _run_one(handler: object, fmt: str, header: dict[str, object], body: bytes) 
             except (OSError, ValueError, AttributeError):
                 pass
     if result is False:
-        return {"ok": False, "error": "handler returned False"}
-    return OK
+        return "handler returned False"
+    return None
 
 
 def _no_op(signum: int, frame: object) -> None:
@@ -223,18 +250,18 @@ def _serve(handler: object, fmt: str, rfd: int, wfd: int, cfd: int) -> None:
         if frame is None:  # the drain closed the pipe or died: nothing more to do
             return
         header, body = frame
-        number = int(header["n"])  # type: ignore[call-overload]
+        if header is not None:
+            raise ProtocolError(f"expected a message, got {header!r}")
+        number, info, until, payload = decode_message(body)
         skip = _skip_upto(cfd, skip)
-        until = header.get("until")
-        if number <= skip or (until is not None and time.monotonic() >= until):  # type: ignore[operator]
-            reply: dict[str, object] = {"n": number, "skipped": True, "t": time.monotonic()}
-        else:
-            started = time.monotonic()
-            reply = dict(_run_one(handler, fmt, header, body))
-            reply["n"] = number
-            reply["t"] = ended = time.monotonic()
-            reply["s"] = round(ended - started, 6)
-        write_all(wfd, encode_frame(reply))
+        now = time.monotonic()
+        if number <= skip or (until is not None and now >= until):
+            write_all(wfd, encode_reply(number, SKIPPED, now, 0.0))
+            continue
+        error = _run_one(handler, fmt, info, payload)
+        ended = time.monotonic()
+        kind = DONE if error is None else FAILED
+        write_all(wfd, encode_reply(number, kind, ended, ended - now, error or ""))
 
 
 def main(argv: list[str]) -> int:

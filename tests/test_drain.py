@@ -294,3 +294,20 @@ def test_group_ack_still_keeps_unique_tombstones(db, ran, tmp_path):
     assert db.run("drain", "-q", "jobs").exit_code == 0
     assert db.run("enqueue", "-q", "jobs", "--unique-key", "k", '"again"').stdout == ""
     assert sorted(r["payload"] for r in ran()) == ["keyed", "plain"]
+
+
+def test_handler_that_cannot_start_in_its_worker_gives_the_batch_back(db):
+    # It imports in the drain (checked before claiming) but its constructor
+    # fails in the worker: a broken handler, not failing messages.
+    ids = enqueue(db, "jobs", '"a"', '"b"', '"c"')
+    result = db.run("drain", "-q", "jobs", "--handler", "tests.handlers:BreaksOnBuild")
+    assert result.exit_code == 2, result.output
+    assert "no database configured" in result.stderr and "Traceback" not in result.stderr
+    assert rows(db, "jobs") == [(i, "ready", 0, None, None) for i in ids]
+
+
+def test_an_empty_queue_starts_no_worker(db):
+    # Every cron minute on an idle queue: no second interpreter. The handler
+    # would fail in a worker, so exit 0 shows none was started.
+    result = db.run("drain", "-q", "jobs", "--handler", "tests.handlers:BreaksOnBuild")
+    assert result.exit_code == 0, result.output
