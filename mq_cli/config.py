@@ -177,9 +177,16 @@ class _Located:
     def __init__(self, source: str):
         self.source = source
         self.lines: dict[tuple[str, ...], int] = {}
-        import yaml
+        self._constructor: yaml.constructor.SafeConstructor | None = None
 
-        self.constructor = yaml.constructor.SafeConstructor()
+    @property
+    def constructor(self) -> yaml.constructor.SafeConstructor:
+        # Made on first use: with no config file, yaml is never imported (~10 ms).
+        if self._constructor is None:
+            import yaml
+
+            self._constructor = yaml.constructor.SafeConstructor()
+        return self._constructor
 
     def where(self, path: tuple[str, ...]) -> str:
         key = ".".join(path)

@@ -8,6 +8,7 @@ drain refreshes the heartbeat of every message it holds on its own connection.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 import secrets
@@ -52,6 +53,10 @@ class Drain:
         self.held: set[int] = set()  # claimed ids whose result is not recorded yet
         self.done: list[Message] = []  # succeeded, deletion deferred (group_ack)
         self._backend: Backend | None = None
+        # Until when (time.monotonic) no gc can take what this drain holds:
+        # half of stalled_after after the last claim or heartbeat that covered it.
+        self.lease_until = 0.0
+        self._lease_for = 0.0  # stalled_after / 2 of the queue being drained
         self._gave_up = False  # the database stayed away for a whole reconnect window
 
     # -- setup --------------------------------------------------------------
@@ -185,18 +190,22 @@ class Drain:
             done = self.report.succeeded + self.report.failed
             size = max(1, min(size, self.options.max_messages - done))
         tries = 0
+        asked = 0.0
 
         def claim(backend: Backend) -> list[Message]:
-            nonlocal tries
+            nonlocal tries, asked
             tries += 1
             if tries > 1:
                 # The first try's COMMIT may have happened with its reply lost: those
                 # rows are ours but unknown. Between batches this drain holds nothing
                 # else on the queue, so put back all it holds there.
                 backend.release_owner(queue.name, self.owner)
+            asked = time.monotonic()  # heartbeat_at is set later than this
             return backend.claim(queue.name, size, self.owner)
 
         batch = self._db(claim)
+        self._lease_for = queue.stalled_after / 2
+        self.lease_until = asked + self._lease_for
         self.held = {m.id for m in batch}
         self.report.claimed += len(batch)
         if batch:
@@ -213,15 +222,22 @@ class Drain:
                 self._heartbeat()
 
         def admit(index: int) -> bool:
+            if time.monotonic() >= self.lease_until:
+                # Paused (SIGSTOP, a frozen VM) or the database away: renew before
+                # starting anything, or learn that gc took it.
+                self._heartbeat()
             return batch[index].id in self.held and not self._should_stop()
+
+        def not_after() -> float:
+            # The worker may start a message sent ahead only before this: if this
+            # drain freezes, what it sent must not run once gc may requeue it.
+            return min(self.lease_until, self.deadline or math.inf)
 
         jobs = [
             (m.payload or b"", handlers.MessageInfo(m.id, m.queue, m.error_count, m.created_at))
             for m in batch
         ]
-        results = runner.run_many(
-            jobs, admit, queue.timeout or None, tick, tick_every, self.deadline
-        )
+        results = runner.run_many(jobs, admit, queue.timeout or None, tick, tick_every, not_after)
         try:
             # closing: a handler still running when we leave early is killed
             # before its message is given back below.
@@ -355,7 +371,7 @@ class Drain:
         return False
 
     def _heartbeat(self) -> None:
-        self._last_beat = time.monotonic()
+        self._last_beat = asked = time.monotonic()
         ids = sorted(self.held) + [m.id for m in self.done]
         if not ids:
             return
@@ -364,6 +380,7 @@ class Drain:
             if refreshed < len(ids):
                 still = set(self._db(lambda b: b.owned(ids, self.owner), patience=2.0))
                 self.held &= still
+            self.lease_until = asked + self._lease_for
         except DatabaseError as exc:
             # The handler is still running; the acknowledgement will try again.
             log.warning("heartbeat failed: %s", exc)

@@ -289,13 +289,15 @@ class Runner(Protocol):
         timeout: float | None,
         tick: Callable[[], None],
         tick_every: float,
-        not_after: float | None = None,
+        not_after: Callable[[], float | None] | None = None,
     ) -> Generator[tuple[int, Outcome], None, None]:
         """Run the handler on each job; yield (index, outcome) as each one ends.
 
         A job starts only if ``admit(index)`` says so just before, and not after
-        the monotonic time ``not_after``; one that does not start is yielded
-        with :data:`NOT_STARTED`. Every job is yielded exactly once.
+        the ``time.monotonic()`` that ``not_after()`` gave when it was handed
+        over (the drain's deadline, and how long its claim is safe from gc);
+        one that does not start is yielded with :data:`NOT_STARTED`. Every job
+        is yielded exactly once.
         """
         ...
 
@@ -331,11 +333,12 @@ class OneAtATime:
         timeout: float | None,
         tick: Callable[[], None],
         tick_every: float,
-        not_after: float | None = None,
+        not_after: Callable[[], float | None] | None = None,
     ) -> Generator[tuple[int, Outcome], None, None]:
         self._stopped = False
         for index, (payload, info) in enumerate(jobs):
-            late = not_after is not None and time.monotonic() >= not_after
+            limit = not_after() if not_after is not None else None
+            late = limit is not None and time.monotonic() >= limit
             if self._stopped or late or not admit(index):
                 yield index, NOT_STARTED
                 continue

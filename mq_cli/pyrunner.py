@@ -170,7 +170,7 @@ class PythonRunner:
         timeout: float | None,
         tick: Callable[[], None],
         tick_every: float,
-        not_after: float | None = None,
+        not_after: Callable[[], float | None] | None = None,
     ) -> Generator[tuple[int, Outcome], None, None]:
         if self._taken >= SKIP_ALL:  # stopped earlier: this child would start nothing
             self._discard()
@@ -180,8 +180,12 @@ class PythonRunner:
         pacer = Pacer(None, tick, tick_every)
         ended = 0.0  # when the child ended its last message (time.monotonic)
 
+        def until() -> float | None:
+            return not_after() if not_after is not None else None
+
         def runnable(index: int) -> bool:
-            late = not_after is not None and time.monotonic() >= not_after
+            limit = until()
+            late = limit is not None and time.monotonic() >= limit
             return not (self._stopped or late) and admit(index)
 
         def take_back_unwanted() -> None:
@@ -209,7 +213,7 @@ class PythonRunner:
                             elif failed := self._spawn(pacer, deadline, timeout):
                                 yield index, failed
                                 continue
-                        sent.append(self._send(jobs[index], index, not_after))
+                        sent.append(self._send(jobs[index], index, until()))
                     self._flush()
                     if not sent:
                         continue

@@ -172,6 +172,11 @@ def _describe(exc: BaseException) -> str:
 _handler_running = False
 
 
+def _hung_up(poller: select.poll, timeout: int | None) -> bool:
+    """Whether the drain's end of our message pipe is closed: it exited or died."""
+    return any(event & (select.POLLHUP | select.POLLERR) for _, event in poller.poll(timeout))
+
+
 def _watch_drain(fd: int) -> None:
     """Kill this worker (and what its handler started) as soon as the drain dies.
 
@@ -182,7 +187,7 @@ def _watch_drain(fd: int) -> None:
     """
     poller = select.poll()
     poller.register(fd, 0)  # no events asked: poll still reports POLLHUP/POLLERR
-    while not any(event & (select.POLLHUP | select.POLLERR) for _, event in poller.poll()):
+    while not _hung_up(poller, None):
         pass
     if _handler_running:
         # Our own group only when we lead it (start_new_session in the runner).
@@ -191,7 +196,9 @@ def _watch_drain(fd: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _run_one(handler: object, fmt: str, info: MessageInfo, body: bytes) -> str | None:
+def _run_one(
+    handler: object, fmt: str, info: MessageInfo, body: bytes, drain: select.poll
+) -> str | None:
     """Run the handler on one message: None if it succeeded, else the error."""
     global _handler_running
     try:
@@ -199,7 +206,13 @@ def _run_one(handler: object, fmt: str, info: MessageInfo, body: bytes) -> str |
     except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         return f"payload is not valid {fmt}: {exc}"
     _set_current(info)
+    # Marked first, then the drain looked at: if it dies after the look, the
+    # watch thread sees a handler running and kills it. Messages sent ahead
+    # stay readable in the pipe after the drain died; none may start then
+    # (nobody would heartbeat it or record its result).
     _handler_running = True
+    if _hung_up(drain, 0):
+        os._exit(0)
     try:
         result = handler(value)  # type: ignore[operator]
         if inspect.iscoroutine(result):
@@ -244,6 +257,8 @@ def _skip_upto(cfd: int, current: int) -> int:
 
 def _serve(handler: object, fmt: str, rfd: int, wfd: int, cfd: int) -> None:
     buffer = FrameBuffer()  # may hold messages sent ahead, read with an earlier one
+    drain = select.poll()
+    drain.register(rfd, 0)
     skip = 0
     while True:
         frame = _read_frame(rfd, buffer)
@@ -258,7 +273,7 @@ def _serve(handler: object, fmt: str, rfd: int, wfd: int, cfd: int) -> None:
         if number <= skip or (until is not None and now >= until):
             write_all(wfd, encode_reply(number, SKIPPED, now, 0.0))
             continue
-        error = _run_one(handler, fmt, info, payload)
+        error = _run_one(handler, fmt, info, payload, drain)
         ended = time.monotonic()
         kind = DONE if error is None else FAILED
         write_all(wfd, encode_reply(number, kind, ended, ended - now, error or ""))

@@ -139,7 +139,7 @@ def test_nothing_starts_after_the_deadline_even_if_sent_ahead(runner, tmp_path):
     out = tmp_path / "ran"
     not_after = time.monotonic() + 0.5
     work = jobs(out, {"sleep": 1.0}, {}, {})
-    results = dict(runner.run_many(work, always, 10, nothing, 5.0, not_after))
+    results = dict(runner.run_many(work, always, 10, nothing, 5.0, lambda: not_after))
     assert results == {0: Outcome(ok=True), 1: NOT_STARTED, 2: NOT_STARTED}
     assert ran(out) == [0]
 
