@@ -10,9 +10,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     import yaml
@@ -160,7 +158,7 @@ def find_config_file(explicit: str | None) -> str | None:
         if not os.path.isfile(explicit):
             raise ConfigError(f"config file {explicit} not found (from --config or MQ_CONFIG)")
         return explicit
-    config_home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(Path.home(), ".config")
+    config_home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     for candidate in (
         "mq.yaml",
         os.path.join(config_home, "mq", "config.yaml"),
@@ -356,6 +354,8 @@ def _database_settings(raw: Any, doc: _Located) -> DatabaseSettings:
 def _url_has_password(url: object) -> bool:
     # Not a ':' test: mysql://db1:3306/app has a port, not a password.
     try:
+        from urllib.parse import urlsplit
+
         return isinstance(url, str) and urlsplit(url).password is not None
     except ValueError:
         return False

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -52,6 +51,8 @@ class Message:
             try:
                 data["payload"] = payload.decode("utf-8")
             except UnicodeDecodeError:
+                import base64
+
                 data["payload"] = base64.b64encode(payload).decode("ascii")
                 data["payload_encoding"] = "base64"
         return data

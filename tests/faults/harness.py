@@ -65,6 +65,25 @@ class Host:
     prefix: tuple[str, ...] = ()
 
 
+def _seen_dead(pid: int, patience: float = 5.0) -> float:
+    """time.time() of the first look at /proc that finds ``pid`` dead (zombie or gone).
+
+    Looks every 0.2 ms, so the moment is at most that late; not reaped here
+    (Popen does that), so the pid cannot be reused meanwhile.
+    """
+    end = time.monotonic() + patience
+    while time.monotonic() < end:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                state = stat.read().rpartition(b")")[2].split()[0]
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            return time.time()
+        if state in (b"Z", b"X"):
+            return time.time()
+        time.sleep(0.0002)
+    return time.time()
+
+
 @dataclass
 class DrainProc:
     proc: subprocess.Popen
@@ -74,6 +93,12 @@ class DrainProc:
     err: Path
     ended: float | None = None
     killed_at: float | None = None
+    # When it was seen dead (a zombie): its pipes are closed from then on. A
+    # drain hands its worker messages ahead, and the worker checks that the
+    # drain's pipe is open right before starting one; between the SIGKILL and
+    # the kernel tearing the drain down (a few ms on a loaded runner) it may
+    # still start one. After this moment it must not.
+    gone_at: float | None = None
 
     @property
     def pid(self) -> int:
@@ -137,6 +162,7 @@ class Fleet:
         if drain.proc.poll() is None:  # not reaped yet: the pid is still this process
             drain.killed_at = time.time()
             drain.proc.send_signal(signal.SIGKILL)
+            drain.gone_at = _seen_dead(drain.pid)
 
     def wait(self, timeout: float) -> list[DrainProc]:
         """Wait for every drain; those still running after ``timeout`` are returned."""
@@ -167,7 +193,7 @@ class Fleet:
         result = []
         for d in self.drains:
             if d.proc.returncode == -signal.SIGKILL and d.killed_at is not None:
-                result.append(Disruption(d.pid, d.killed_at, "kill -9"))
+                result.append(Disruption(d.pid, d.gone_at or d.killed_at, "kill -9"))
             elif d.proc.returncode == 3:
                 result.append(Disruption(d.pid, d.ended or time.time(), "exit 3"))
         return result

@@ -89,7 +89,26 @@ def test_more_duplicates_than_kills_times_batch_size_are_flagged():
     )
     assert result.duplicates == 4
     assert any(v.startswith("too many duplicates: drain 900 explains 4") for v in result.violations)
-    assert any(v.startswith("too many duplicates: 4 > 1 disruptions") for v in result.violations)
+    assert any(
+        v.startswith("too many duplicates: 4 messages > 1 disruptions") for v in result.violations
+    )
+
+
+def test_a_lost_success_rerun_twice_counts_as_one_message_against_the_bound():
+    # `a` succeeded in the killed drain; its first rerun failed (a handler
+    # failure), the second succeeded: two duplicate runs, one message.
+    events = ok("a", 1.0) + fail("a", 5.0, pid=1001, drain=901) + ok("a", 9.0, pid=1002, drain=902)
+    events += ok("b", 1.1)
+    result = run_check(events, disruptions=[Disruption(DRAIN, 1.5, "kill -9")], batch_size=1)
+    assert result.violations == []
+    assert result.duplicates == 2
+
+
+def test_two_lost_successes_over_a_batch_of_one_are_flagged():
+    events = ok("a", 1.0) + ok("b", 1.2) + ok("a", 5.0, pid=1001, drain=901)
+    events += ok("b", 5.5, pid=1001, drain=901)
+    result = run_check(events, disruptions=[Disruption(DRAIN, 1.5, "kill -9")], batch_size=1)
+    assert any(v.startswith("too many duplicates: drain 900 explains 2") for v in result.violations)
 
 
 def test_a_failed_message_with_too_few_failures_is_flagged():

@@ -17,7 +17,10 @@ from tests.faults.scenario import BATCH, POISON, Scenario
 
 pytestmark = pytest.mark.slow
 
-WORK = {"sleep": 0.05, "fail": 0.1}
+# Enough work that drains still hold messages when the second (long) outage
+# comes, ~25 s in: 8 drains at ~0.15 s a message need ~35 s for 1,800.
+WORK = {"sleep": 0.3, "fail": 0.1}
+PER_QUEUE = 900
 # Seconds the server stays stopped: drains ride out the first outage (they
 # retry for ~15 s, up to ~20 s with their backoff); the second outlasts that,
 # so drains holding messages give up with exit 3 and leave them to gc.
@@ -45,8 +48,8 @@ def test_server_stopped_and_started_twice(restart_lock, fault_mysql, tmp_path):
         pytest.skip(reason)
     db = fault_mysql
     s = Scenario(tmp_path, db.url, db.sql, {"alpha": {}, "beta": {}, "poison": POISON}, db.env())
-    s.enqueue("alpha", 700, **WORK)
-    s.enqueue("beta", 700, **WORK)
+    s.enqueue("alpha", PER_QUEUE, **WORK)
+    s.enqueue("beta", PER_QUEUE, **WORK)
     s.enqueue("poison", 20)
     cron = crontab(
         s.fleet,
