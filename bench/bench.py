@@ -273,11 +273,19 @@ class Bench:
                         rows["mq"].append(m)
                         line += f"  mq {m['rate']:7.0f} msg/s  ok={m['ok']} split={m['split']}"
                     log(line)
-            if self.want("floor"):
-                for par in PARALLEL:
+            if self.want("drain"):
+                rows["group_ack"] = []
+            for par in PARALLEL:
+                line = f"  one acknowledgement per batch of 100 x {par} proc:"
+                if self.want("floor"):
                     f = self.unit(w.floor_drain, t, n, 100, par, ack="batch")
                     rows["floor_batch_delete"].append(f)
-                    log(f"  floor claim 100 + one DELETE per batch x {par}: {f['rate']:7.0f} msg/s")
+                    line += f" floor {f['rate']:7.0f}"
+                if self.want("drain"):
+                    m = self.unit(w.mq_drain, t, n, 100, par, group_ack=True)
+                    rows["group_ack"].append(m)
+                    line += f"  mq group_ack {m['rate']:7.0f} msg/s  ok={m['ok']}"
+                log(line)
             if self.want("drain"):
                 # The headline pairs again, interleaved, so drift hits both alike.
                 for par in (1, 4):

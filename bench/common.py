@@ -390,21 +390,24 @@ class Target:
     url: str
     workdir: Path
     config: Path = field(init=False)
+    group_config: Path = field(init=False)  # the same with group_ack: true
     path: str | None = None  # the SQLite file
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.config = self.workdir / "mq.yaml"
+        self.group_config = self.workdir / "mq-group-ack.yaml"
         locks = self.workdir / "locks"
-        self.config.write_text(
-            f"database: {self.url}\n"
-            f"table: {TABLE}\n"
-            f"lock_dir: {locks}\n"
-            "queues:\n"
-            f"  {QUEUE}:\n"
-            "    handler: mqbench_jobs:noop\n"
-            "    format: json\n"
-        )
+        for path, extra in ((self.config, ""), (self.group_config, "    group_ack: true\n")):
+            path.write_text(
+                f"database: {self.url}\n"
+                f"table: {TABLE}\n"
+                f"lock_dir: {locks}\n"
+                "queues:\n"
+                f"  {QUEUE}:\n"
+                "    handler: mqbench_jobs:noop\n"
+                "    format: json\n" + extra
+            )
         if self.kind == "sqlite":
             self.path = urlsplit(self.url).path[1:]  # sqlite:////abs -> /abs
 

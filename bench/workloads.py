@@ -246,8 +246,11 @@ def enqueue_gigabyte(
 # -- drain ------------------------------------------------------------------
 
 
-def drain_argv(t: Target, batch: int, parallel: int, handler: str | None = None) -> list[str]:
-    argv = [MQ, "-c", str(t.config), "drain", "-q", QUEUE, "--batch-size", str(batch)]
+def drain_argv(
+    t: Target, batch: int, parallel: int, handler: str | None = None, group_ack: bool = False
+) -> list[str]:
+    config = t.group_config if group_ack else t.config
+    argv = [MQ, "-c", str(config), "drain", "-q", QUEUE, "--batch-size", str(batch)]
     argv += ["--concurrency", str(parallel), "--json"]
     if handler:
         argv += ["--handler", handler]
@@ -262,6 +265,7 @@ def mq_drain(
     handler: str | None = None,
     watch: bool = False,
     env_extra: dict[str, str] | None = None,
+    group_ack: bool = False,
 ) -> dict[str, Any]:
     """``parallel`` `mq drain` processes started together over ``count`` ready messages.
 
@@ -270,7 +274,7 @@ def mq_drain(
     """
     t.reset()
     t.fill(count)
-    argv = drain_argv(t, batch, parallel, handler)
+    argv = drain_argv(t, batch, parallel, handler, group_ack)
     env = t.env(**(env_extra or {}))
     wall, procs = run_group(
         [argv] * parallel, env=env, cwd=t.workdir, rss=True, watch_children=watch
@@ -288,6 +292,7 @@ def mq_drain(
         "count": count,
         "batch": batch,
         "parallel": parallel,
+        "group_ack": group_ack,
         "wall": wall,
         "rate": rate(count, wall),
         "inner_rate": rate(count, max(r["seconds"] for r in reports)),

@@ -158,7 +158,9 @@ def find_config_file(explicit: str | None) -> str | None:
         if not os.path.isfile(explicit):
             raise ConfigError(f"config file {explicit} not found (from --config or MQ_CONFIG)")
         return explicit
-    config_home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    config_home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(
+        os.path.expanduser("~"), ".config"
+    )
     for candidate in (
         "mq.yaml",
         os.path.join(config_home, "mq", "config.yaml"),

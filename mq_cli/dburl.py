@@ -39,7 +39,9 @@ class DatabaseSettings:
 
 
 def default_sqlite_path() -> str:
-    data_home = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    data_home = os.environ.get("XDG_DATA_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "share"
+    )
     return os.path.join(data_home, "mq", "mq.db")
 
 
