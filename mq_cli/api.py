@@ -8,16 +8,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import payloads
 from .backends import open_backend
 from .backends.base import Backend
 from .config import Config, QueueConfig, load_config, validate_queue_name, validate_table_name
-from .drain_types import DrainOptions, DrainReport
 from .durations import parse_duration
 from .errors import ConfigError, InputRejected, PayloadTooLarge
 from .models import ByIdResult, GcReport, Listing, Message, QueueStats
+
+if TYPE_CHECKING:  # imported where used: a producer's start does not pay for the drain's
+    from .drain_types import DrainOptions, DrainReport
 
 # A batch is committed when it holds this many messages or this many bytes.
 BATCH_MESSAGES = 1000
@@ -182,6 +184,7 @@ class MQ:
         ``mq drain -q mail --max-seconds 55``.
         """
         from .drain import Drain
+        from .drain_types import DrainOptions
 
         options = options or DrainOptions(**kwargs)
         for name in options.queues:
