@@ -180,13 +180,16 @@ class PythonRunner:
         pacer = Pacer(None, tick, tick_every)
         ended = 0.0  # when the child ended its last message (time.monotonic)
 
-        def until() -> float | None:
-            return not_after() if not_after is not None else None
+        def until() -> float:
+            limit = not_after() if not_after is not None else None
+            return math.inf if limit is None else limit
 
-        def runnable(index: int) -> bool:
-            limit = until()
-            late = limit is not None and time.monotonic() >= limit
-            return not (self._stopped or late) and admit(index)
+        def runnable(index: int, limit: float = -math.inf) -> bool:
+            # admit() first: it may renew what until() gives (a heartbeat).
+            if self._stopped or not admit(index):
+                return False
+            now = time.monotonic()
+            return now < limit or now < until()
 
         def take_back_unwanted() -> None:
             # After a tick (a heartbeat may have found messages gone) or a stop.
@@ -196,11 +199,13 @@ class PythonRunner:
         try:
             while todo or sent:
                 if len(sent) <= WINDOW // 2:
+                    limit = until()  # once per refill (runnable() looks again past it)
+                    in_flight = sum(s.size for s in sent)
                     while todo and len(sent) < WINDOW:
-                        if sent and sum(s.size for s in sent) >= WINDOW_BYTES:
+                        if sent and in_flight >= WINDOW_BYTES:
                             break
                         index = todo.popleft()
-                        if not runnable(index):
+                        if not runnable(index, limit):
                             yield index, NOT_STARTED
                             continue
                         if not sent and (self._proc is None or self._proc.poll() is not None):
@@ -214,6 +219,7 @@ class PythonRunner:
                                 yield index, failed
                                 continue
                         sent.append(self._send(jobs[index], index, until()))
+                        in_flight += sent[-1].size
                     self._flush()
                     if not sent:
                         continue
@@ -274,10 +280,11 @@ class PythonRunner:
             self._killed = True
             kill_group(proc.pid)
 
-    def _send(self, job: Job, index: int, not_after: float | None) -> _Sent:
+    def _send(self, job: Job, index: int, not_after: float) -> _Sent:
         payload, info = job
         self._number += 1
-        self._out += encode_message(self._number, info, not_after, payload)
+        until = None if not_after == math.inf else not_after
+        self._out += encode_message(self._number, info, until, payload)
         return _Sent(self._number, index, time.monotonic(), len(payload))
 
     def _reply(
