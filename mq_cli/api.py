@@ -143,16 +143,18 @@ class MQ:
         batch: list[bytes] = []
         size = 0
         stored = 0
+        check = payloads.checker(fmt)
+        fits = backend.payload_fits
         try:
             for label, data in items:
-                if not backend.payload_fits(data):
+                if not fits(data):
                     raise PayloadTooLarge(
                         f"{label} is {len(data)} bytes, more than the database accepts "
                         f"in one message ({backend.max_payload} bytes)"
                     )
                 if validate:
                     try:
-                        payloads.check_payload(data, fmt)
+                        check(data)
                     except ValueError as exc:
                         raise InputRejected(f"{label}: {exc} (queue {queue!r} is {fmt})") from None
                 batch.append(data)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from .errors import ConfigError, InputRejected
@@ -27,20 +28,44 @@ _STRICT = json.JSONDecoder(parse_constant=_no_constants)
 
 def check_payload(data: bytes, fmt: str) -> None:
     """Raise ValueError when ``data`` is not a valid payload of format ``fmt``."""
+    checker(fmt)(data)
+
+
+def checker(fmt: str) -> Callable[[bytes], None]:
+    """:func:`check_payload` for one format, for a loop over many payloads."""
     _known(fmt)
-    if fmt == "bytes":
-        return
+    return _CHECKS[fmt]
+
+
+def _check_bytes(data: bytes) -> None:
+    pass
+
+
+def _check_text(data: bytes) -> None:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 text (byte {exc.start})") from None
+
+
+def _check_json(data: bytes) -> None:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"not UTF-8 text (byte {exc.start})") from None
-    if fmt == "json":
+    try:
+        _STRICT.decode(text)
+    except ValueError as exc:
         if not text or text.isspace():
-            raise ValueError("invalid JSON: empty")
-        try:
-            _STRICT.decode(text)
-        except ValueError as exc:
-            raise ValueError(f"invalid JSON: {exc}") from None
+            raise ValueError("invalid JSON: empty") from None
+        raise ValueError(f"invalid JSON: {exc}") from None
+
+
+_CHECKS: dict[str, Callable[[bytes], None]] = {
+    "json": _check_json,
+    "text": _check_text,
+    "bytes": _check_bytes,
+}
 
 
 def encode(value: object, fmt: str) -> bytes:
