@@ -39,12 +39,13 @@ ER_DUP_ENTRY = 1062
 LOST = {2006, 2013, 2014, 2055, 0}  # gone away, lost during query, out of sync, lost, closed
 CANNOT_CONNECT = {2002, 2003, 2005}
 RETRYABLE = {ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT}
-_ESCAPED = (b"\0", b"\n", b"\r", b"\x1a", b"\\", b"'", b'"')
+_ESCAPED = b"\0\n\r\x1a\\'\""  # each takes two bytes in PyMySQL's SQL text
 
 
 def escaped_size(payload: bytes) -> int:
     """Bytes the payload takes inside PyMySQL's SQL text (`_binary'...'`)."""
-    return len(payload) + sum(payload.count(c) for c in _ESCAPED) + 10
+    # One pass in C (per message, three times on the enqueue path).
+    return 2 * len(payload) - len(payload.translate(None, _ESCAPED)) + 10
 
 
 def utc(moment: datetime | None) -> datetime | None:
@@ -252,7 +253,9 @@ class MysqlBackend(MysqlOperate):
     # -- producing --------------------------------------------------------
 
     def payload_fits(self, payload: bytes) -> bool:
-        return escaped_size(payload) + 512 <= self.server.max_packet
+        limit = self.server.max_packet - 512
+        # Escaping at most doubles it: most payloads fit without counting.
+        return 2 * len(payload) + 10 <= limit or escaped_size(payload) <= limit
 
     def check_sizes(self, payloads: Sequence[bytes], first_index: int = 1) -> None:
         for index, payload in enumerate(payloads, first_index):
