@@ -401,10 +401,25 @@ def test_enqueue_splitting_end_to_end(sqlite_db, monkeypatch, data, mode, fmt, l
 @FUZZ
 @given(st.integers(1, 50), st.data())
 def test_a_line_just_over_the_limit_is_refused_by_the_splitter(limit, data):
-    # Documents where the size check lives: `lines` lets a line of limit+1
-    # bytes through when it ends with a newline (enqueue checks again).
+    # Documents where the size check lives: `lines` refuses any non-blank line
+    # longer than the limit, its line ending aside (enqueue checks again).
     line = data.draw(
-        st.binary(min_size=limit + 2, max_size=limit + 40).filter(lambda b: b"\n" not in b)
+        st.binary(min_size=limit + 1, max_size=limit + 40).filter(
+            lambda b: b"\n" not in b and not b.endswith(b"\r") and b.strip()
+        )
     )
     with pytest.raises(PayloadTooLarge):
         list(inputs.lines(io.BytesIO(line + b"\n"), limit))
+    with pytest.raises(PayloadTooLarge):
+        list(inputs.lines(io.BytesIO(line), limit))  # the last line, with no newline
+
+
+@FUZZ
+@given(st.integers(1, 50), st.sampled_from([b" ", b"\t", b"\r", b" \r"]), st.integers(1, 64))
+def test_a_long_blank_line_is_skipped_not_refused(limit, blank, chunk):
+    # A blank line is no message, however long: nothing to refuse, and the
+    # splitter keeps at most a chunk of it in memory.
+    data = b"a\n" + blank * (limit * 50) + b"\nb"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(inputs, "CHUNK", chunk)
+        assert list(inputs.lines(io.BytesIO(data), limit)) == [("line 1", b"a"), ("line 3", b"b")]
