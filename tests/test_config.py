@@ -17,6 +17,7 @@ from click.testing import CliRunner
 import mq_cli
 from mq_cli.cli import cli
 from mq_cli.dburl import parse_database_url
+from tests.conftest import cannot_run_here
 
 
 def mq(*args: str, input: str | bytes | None = None, env: dict | None = None):
@@ -399,7 +400,7 @@ def test_mariadb_scheme_and_unix_socket(mysql_db):
     assert result.exit_code == 0, result.output
     socket = "/run/mysqld/mysqld.sock"
     if s.host not in ("127.0.0.1", "localhost") or not os.path.exists(socket):
-        pytest.skip("no local MariaDB socket")
+        cannot_run_here("no local MariaDB socket")
     url = f"mysql://{s.user}@localhost/{s.database}?unix_socket={socket}"
     result = mq("-d", url, "enqueue", "-q", "q", "{}")
     assert result.exit_code == 0, result.output
@@ -528,7 +529,7 @@ def test_ssl_against_a_server_without_tls_is_a_clean_exit_3(tmp_path: Path, mysq
     )
     rows = mysql_db.sql("SHOW VARIABLES LIKE 'have_ssl'")
     if rows and rows[0][1] == "YES":
-        pytest.skip("this server speaks TLS")
+        cannot_run_here("this server speaks TLS")
     result = mq("init")
     assert result.exit_code == 3, result.output
     assert "SSL" in result.stderr

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from mq_cli.dburl import parse_database_url
+from tests.conftest import cannot_run_here
 from tests.faults import harness
 from tests.faults.harness import Forwarder, crontab
 from tests.faults.history import Disruption, read
@@ -35,7 +36,7 @@ def held_by(sql, pids: set[int]) -> list[int]:
 def test_one_host_cut_off(fault_mysql, tmp_path):
     reason = harness.netns_unavailable()
     if reason:
-        pytest.skip(f"cannot simulate hosts on this machine: {reason}")
+        cannot_run_here(f"cannot simulate hosts on this machine: {reason}")
     db = fault_mysql
     settings = parse_database_url(db.url)
     s = Scenario(tmp_path, db.url, db.sql, {"alpha": {}}, db.env())

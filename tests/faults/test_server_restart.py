@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.conftest import MYSQL_URL
+from tests.conftest import MYSQL_URL, cannot_run_here
 from tests.faults import harness
 from tests.faults.harness import chaos_monkey, crontab
 from tests.faults.history import Disruption
@@ -45,7 +45,7 @@ def restart_lock():
 def test_server_stopped_and_started_twice(restart_lock, fault_mysql, tmp_path):
     reason = harness.can_restart_mariadb(MYSQL_URL)
     if reason:
-        pytest.skip(reason)
+        cannot_run_here(reason)
     db = fault_mysql
     s = Scenario(tmp_path, db.url, db.sql, {"alpha": {}, "beta": {}, "poison": POISON}, db.env())
     s.enqueue("alpha", PER_QUEUE, **WORK)
