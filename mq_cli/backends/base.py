@@ -163,9 +163,15 @@ class Backend(ABC):
         """`processing` messages whose heartbeat is more than ``older_than`` seconds old:
         by id after ``after_id``, or (``after_id`` None) any ``limit`` of them, cheapest first."""
 
-    @abstractmethod
     def find_failed(self, queue: str, after_id: int | None, limit: int) -> list[Message]:
         """`failed` messages: by id after ``after_id``, or (None) any ``limit`` of them."""
+        if after_id is None:
+            return self._messages("pick_failed", (queue, limit))
+        return self.list_messages(queue, "failed", after_id, limit)
+
+    @abstractmethod
+    def _messages(self, name: str, params: Sequence[object]) -> list[Message]:
+        """The rows a named query (its backend's SQL) returns, as Messages."""
 
     @abstractmethod
     def requeue_stalled(

@@ -82,11 +82,6 @@ class MysqlOperate(Backend):
             return self._messages("pick_stalled", (queue, micros, limit))
         return self._messages("find_stalled", (queue, micros, after_id, limit))
 
-    def find_failed(self, queue: str, after_id: int | None, limit: int) -> list[Message]:
-        if after_id is None:
-            return self._messages("pick_failed", (queue, limit))
-        return self.list_messages(queue, "failed", after_id, limit)
-
     def requeue_stalled(
         self,
         queue: str,

@@ -78,11 +78,6 @@ class SqliteOperate(Backend):
             return self._messages("pick_stalled", (queue, offset(-older_than), limit))
         return self._messages("find_stalled", (queue, offset(-older_than), after_id, limit))
 
-    def find_failed(self, queue: str, after_id: int | None, limit: int) -> list[Message]:
-        if after_id is None:
-            return self._messages("pick_failed", (queue, limit))
-        return self.list_messages(queue, "failed", after_id, limit)
-
     def requeue_stalled(
         self,
         queue: str,
