@@ -242,28 +242,11 @@ class Drain:
             # closing: a handler still running when we leave early is killed
             # before its message is given back below.
             with closing(results):
-                for index, outcome in results:
-                    message = batch[index]
-                    if not outcome.started:
-                        if message.id not in self.held:
-                            # Lost while this drain was paused (SIGSTOP, a frozen VM, a cut
-                            # link) past stalled_after: gc or another drain has it now.
-                            log.warning(
-                                "queue %s: message %d is no longer held by this drain (paused "
-                                "past stalled_after?); skipped", queue.name, message.id,
-                            )  # fmt: skip
-                        continue
-                    self.held.discard(message.id)
-                    if self.signals > 1 and not outcome.ok:
-                        outcome = handlers.Outcome(
-                            ok=False, error="interrupted: the drain was stopped"
-                        )
-                    if outcome.ok and self._deferrable(queue, message):
-                        self.report.succeeded += 1
-                        self.done.append(message)
-                    else:
-                        self._acknowledge(queue, message, outcome)
-                    tick()
+                try:
+                    self._record_results(queue, batch, results, tick)
+                except DatabaseError:
+                    self._settle_after_failure(queue, batch, runner, results)
+                    raise
         finally:
             if self.done:
                 self._acknowledge_group(queue)
@@ -275,6 +258,63 @@ class Drain:
                     "queue %s: returned %d unstarted message(s) to ready", queue.name, returned
                 )
                 self.held = set()
+
+    def _settle_after_failure(
+        self,
+        queue: QueueConfig,
+        batch: list[Message],
+        runner: handlers.Runner,
+        results: Any,
+    ) -> None:
+        """The database failed mid-batch: start nothing more, and find out what started.
+
+        The worker may have run messages sent ahead whose results were not read
+        yet. Giving those back would run them twice, so only what never started
+        stays in ``held`` (to be returned); what ran stays `processing` under
+        this drain's name, for gc, like the messages of a killed drain.
+        """
+        runner.stop()
+        ran = 0
+        try:
+            for index, outcome in results:
+                if outcome.started:
+                    ran += 1
+                    self.held.discard(batch[index].id)
+        except Exception as exc:  # noqa: BLE001 - the database error is what is reported
+            log.debug("while stopping after a database error: %s", exc)
+            self.held.clear()  # unknown: return nothing that might have started
+        if ran:
+            log.warning(
+                "queue %s: %d message(s) ran but their results could not be recorded; they "
+                "stay processing until `mq gc --stalled --requeue` (or requeue_stalled) "
+                "takes them back, and will run again",
+                queue.name, ran,
+            )  # fmt: skip
+
+    def _record_results(
+        self, queue: QueueConfig, batch: list[Message], results: Any, tick: Callable[[], None]
+    ) -> None:
+        """Acknowledge each outcome as the runner yields it."""
+        for index, outcome in results:
+            message = batch[index]
+            if not outcome.started:
+                if message.id not in self.held:
+                    # Lost while this drain was paused (SIGSTOP, a frozen VM, a cut
+                    # link) past stalled_after: gc or another drain has it now.
+                    log.warning(
+                        "queue %s: message %d is no longer held by this drain (paused "
+                        "past stalled_after?); skipped", queue.name, message.id,
+                    )  # fmt: skip
+                continue
+            self.held.discard(message.id)
+            if self.signals > 1 and not outcome.ok:
+                outcome = handlers.Outcome(ok=False, error="interrupted: the drain was stopped")
+            if outcome.ok and self._deferrable(queue, message):
+                self.report.succeeded += 1
+                self.done.append(message)
+            else:
+                self._acknowledge(queue, message, outcome)
+            tick()
 
     @staticmethod
     def _deferrable(queue: QueueConfig, message: Message) -> bool:
