@@ -237,6 +237,9 @@ class MysqlBackend(MysqlOperate):
         with self._errors(), self.conn.cursor() as cursor:
             for statement in self.ddl():
                 cursor.execute(statement)
+            cursor.execute(self._sql["has_unique_slot"])
+            if not cursor.fetchone()[0]:
+                cursor.execute(self._sql["add_unique_slot"])
             cursor.execute(self._sql["write_version"], (str(SCHEMA_VERSION),))
 
     def schema_version(self) -> int | None:

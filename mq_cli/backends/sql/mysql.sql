@@ -16,13 +16,30 @@ CREATE TABLE IF NOT EXISTS `{table}` (
   last_error TEXT NULL,
   -- Bytes, not a collation: 'k' and 'k ' are different keys, as in SQLite.
   unique_key VARBINARY(1020) NULL,
+  -- Galera certifies every write by the values of each unique index, and a
+  -- (queue, NULL) pair counts: one index over (queue, unique_key) made every
+  -- write to a queue conflict with every concurrent write from another node.
+  -- This column is NULL when there is no key, and NULL values are not certified.
+  unique_slot VARBINARY(1090) AS (CONCAT(queue, ':', unique_key)) STORED,
   payload LONGBLOB NOT NULL,
   PRIMARY KEY (id),
   -- The claim's WHERE and ORDER BY follow this index exactly, so a claim reads
   -- and locks only the rows it takes (see FIELD-NOTES, trap 1).
   KEY `{table}_claim` (queue, status, priority DESC, available_at, id),
-  UNIQUE KEY `{table}_unique` (queue, unique_key)
+  UNIQUE KEY `{table}_unique` (unique_slot)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
+
+-- name: has_unique_slot
+SELECT COUNT(*) FROM information_schema.columns
+WHERE table_schema = DATABASE() AND table_name = '{table}' AND column_name = 'unique_slot'
+
+-- name: add_unique_slot
+-- Tables made before the Galera fix: the same keys, indexed the new way.
+ALTER TABLE `{table}`
+  ADD COLUMN unique_slot VARBINARY(1090) AS (CONCAT(queue, ':', unique_key)) STORED
+    AFTER unique_key,
+  DROP INDEX `{table}_unique`,
+  ADD UNIQUE KEY `{table}_unique` (unique_slot)
 
 -- name: create_meta
 CREATE TABLE IF NOT EXISTS `{table}_meta` (
@@ -54,7 +71,7 @@ VALUES {values}
 -- name: purge_expired_key
 -- A unique key whose tombstone has expired may be used again.
 DELETE FROM `{table}`
-WHERE queue = %s AND unique_key = %s AND status = 'done' AND available_at <= UTC_TIMESTAMP(6)
+WHERE unique_slot = CONCAT(%s, ':', %s) AND status = 'done' AND available_at <= UTC_TIMESTAMP(6)
 
 -- name: stats
 SELECT queue,
