@@ -42,6 +42,10 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
         with backend:
             results.append(Check("database", True, f"reachable: {config.database.describe()}"))
             try:
+                results.append(Check("database mode", *backend.server_mode()))
+            except MqError as exc:
+                results.append(Check("database mode", False, str(exc)))
+            try:
                 version = backend.schema_version()
             except MqError as exc:
                 results.append(Check("schema", False, str(exc)))

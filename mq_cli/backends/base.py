@@ -217,6 +217,10 @@ class Backend(ABC):
         """Delete up to ``limit`` messages of ``queue`` with id <= ``up_to_id``: of
         ``status``, or (None) every live one; status "done" deletes tombstones. How many."""
 
+    def server_mode(self) -> tuple[bool, str]:
+        """(healthy, one line): what kind of server mq runs on, for `mq check`."""
+        return True, self.kind
+
     def reconnect(self) -> None:  # noqa: B027 - SQLite has nothing to reconnect
         """Open a fresh connection after a lost one (only MySQL connections get lost)."""
 

@@ -36,9 +36,14 @@ ER_LOCK_WAIT_TIMEOUT = 1205
 ER_LOCK_DEADLOCK = 1213
 ER_NET_PACKET_TOO_LARGE = 1153
 ER_DUP_ENTRY = 1062
+ER_UNKNOWN_SYSTEM_VARIABLE = 1193
 LOST = {2006, 2013, 2014, 2055, 0}  # gone away, lost during query, out of sync, lost, closed
 CANNOT_CONNECT = {2002, 2003, 2005}
 RETRYABLE = {ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT}
+#: tries of a statement that deadlocked, on one server and on a Galera node
+#: (where another node's concurrent write to the same row is a 1213 at COMMIT)
+RETRIES = 8
+GALERA_RETRIES = 40
 _ESCAPED = b"\0\n\r\x1a\\'\""  # each takes two bytes in PyMySQL's SQL text
 
 
@@ -74,8 +79,12 @@ def ddl(table: str) -> list[str]:
 class ServerInfo:
     """What the server supports, read once per connection."""
 
-    def __init__(self, version: str, max_packet: int, increment: int, lock_mode: int):
+    def __init__(
+        self, version: str, max_packet: int, increment: int, lock_mode: int, galera: bool = False
+    ):
         self.version_text = version
+        #: a Galera cluster node: row locks are local, conflicts come as 1213 at COMMIT
+        self.galera = galera
         self.mariadb = "mariadb" in version.lower()
         match = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
         self.version = tuple(int(x) for x in match.groups()) if match else (0, 0, 0)
@@ -101,6 +110,7 @@ class MysqlBackend(MysqlOperate):
         self.force_locking_claim = False
         self.table = table
         self._sql = queries(table)
+        self.retries = RETRIES
         self.conn = self._connect()
         if create and self.schema_version() is None:
             self.init_schema()
@@ -143,15 +153,51 @@ class MysqlBackend(MysqlOperate):
         try:
             conn = pymysql.connect(**options)
             with conn.cursor() as cursor:
-                cursor.execute(self._sql["server_info"])
+                try:
+                    cursor.execute(self._sql["server_info"])
+                except pymysql.MySQLError as exc:
+                    if error_code(exc) != ER_UNKNOWN_SYSTEM_VARIABLE:
+                        raise
+                    cursor.execute(self._sql["server_info_mysql"])  # MySQL: no @@wsrep_on
                 row = cursor.fetchone()
         except pymysql.MySQLError as exc:
             raise self._wrap(exc, connecting=True) from exc
         except OSError as exc:
             raise DatabaseError(f"cannot connect to the database at {s.describe()}: {exc}") from exc
-        self.server = ServerInfo(str(row[0]), int(row[1]), int(row[2]), int(row[3]))
+        self.server = ServerInfo(
+            str(row[0]), int(row[1]), int(row[2]), int(row[3]), galera=bool(int(row[4] or 0))
+        )
+        if self.server.galera:
+            # Certification conflicts between nodes are normal traffic on a cluster:
+            # retry them for longer than a single server's rare deadlocks.
+            self.retries = GALERA_RETRIES
+            import logging
+
+            logging.getLogger("mq").info(
+                "%s is a Galera cluster node: conflicts with other nodes are retried "
+                "(up to %d times)", s.describe(), GALERA_RETRIES,
+            )  # fmt: skip
         self.max_payload = self.server.max_packet - 1024
         return conn
+
+    def server_mode(self) -> tuple[bool, str]:
+        info = self.server
+        kind = "MariaDB" if info.mariadb else "MySQL"
+        claim = "SKIP LOCKED claims" if info.skip_locked else "locking claims (no SKIP LOCKED)"
+        if not info.galera:
+            return True, f"{kind} {info.version_text}, single server, {claim}"
+        with self._errors(), self.conn.cursor() as cursor:
+            cursor.execute(self._sql["galera_status"])
+            status = {str(name).lower(): str(value) for name, value in cursor.fetchall()}
+        size = status.get("wsrep_cluster_size", "?")
+        state = status.get("wsrep_local_state_comment", "?")
+        primary = status.get("wsrep_cluster_status", "?")
+        healthy = state == "Synced" and primary == "Primary"
+        return healthy, (
+            f"Galera cluster node ({kind} {info.version_text}): {size} node(s), this one "
+            f"{state}, component {primary}; drains may use any node, conflicts between "
+            "nodes are retried (README: Galera)"
+        )
 
     def reconnect(self) -> None:
         try:
@@ -198,8 +244,13 @@ class MysqlBackend(MysqlOperate):
                 f"lost the connection to {self.settings.describe()}: {exc}"
             ) from exc
 
-    def _transaction(self, body: Callable[[Any], T], retries: int = 8) -> T:
-        """Run ``body(cursor)`` in a transaction, retrying deadlocks and lock waits."""
+    def _transaction(self, body: Callable[[Any], T]) -> T:
+        """Run ``body(cursor)`` in a transaction, retrying deadlocks and lock waits.
+
+        A transaction whose COMMIT fails changed nothing (on Galera too: a
+        certification failure rolls it back), so running it again is safe.
+        """
+        retries = self.retries
         for attempt in range(retries + 1):
             try:
                 with self._errors():
@@ -218,8 +269,7 @@ class MysqlBackend(MysqlOperate):
             except Deadlock:
                 if attempt == retries:
                     raise
-                # Jitter so that two drains that deadlocked do not collide again.
-                time.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
+                _backoff(attempt)
         raise AssertionError("unreachable")
 
     def close(self) -> None:
@@ -355,8 +405,9 @@ class MysqlBackend(MysqlOperate):
             for row in self._transaction(body)
         ]
 
-    def _change(self, sql: str, params: Sequence[object], retries: int = 8) -> int:
+    def _change(self, sql: str, params: Sequence[object]) -> int:
         """One autocommitted statement; deadlocks and lock waits are retried."""
+        retries = self.retries
         for attempt in range(retries + 1):
             try:
                 with self._errors(), self.conn.cursor() as cursor:
@@ -364,7 +415,7 @@ class MysqlBackend(MysqlOperate):
             except Deadlock:
                 if attempt == retries:
                     raise
-                time.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
+                _backoff(attempt)
         raise AssertionError("unreachable")
 
     def ack_success(self, message: Message, owner: str, retention: float = 0.0) -> bool:
@@ -438,6 +489,12 @@ class MysqlBackend(MysqlOperate):
                     oldest_ready_seconds=max(float(oldest), 0.0) if oldest is not None else None,
                 )
         return result
+
+
+def _backoff(attempt: int) -> None:
+    # Jitter so that two drains that collided do not collide again; at most
+    # half a second between tries (Galera's 40 tries span about 15 s).
+    time.sleep(min(random.uniform(0.005, 0.05) * (attempt + 1), 0.5))
 
 
 def insert_rows(

@@ -111,6 +111,9 @@ class SqliteBackend(SqliteOperate):
                 raise
             self.conn.execute("COMMIT")
 
+    def server_mode(self) -> tuple[bool, str]:
+        return True, f"SQLite {sqlite3.sqlite_version}, WAL, drains on this host only"
+
     def close(self) -> None:
         self.conn.close()
 

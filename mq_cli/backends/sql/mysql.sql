@@ -54,7 +54,16 @@ INSERT IGNORE INTO `{table}_meta` (name, value) VALUES ('schema_version', %s)
 SELECT value FROM `{table}_meta` WHERE name = 'schema_version'
 
 -- name: server_info
-SELECT VERSION(), @@max_allowed_packet, @@auto_increment_increment, @@innodb_autoinc_lock_mode
+-- @@wsrep_on exists on MariaDB (a Galera node when ON), not on MySQL.
+SELECT VERSION(), @@max_allowed_packet, @@auto_increment_increment, @@innodb_autoinc_lock_mode,
+       @@wsrep_on
+
+-- name: server_info_mysql
+SELECT VERSION(), @@max_allowed_packet, @@auto_increment_increment, @@innodb_autoinc_lock_mode, 0
+
+-- name: galera_status
+SHOW STATUS WHERE Variable_name IN
+  ('wsrep_cluster_size', 'wsrep_local_state_comment', 'wsrep_cluster_status')
 
 -- name: insert_returning
 -- MariaDB >= 10.5: the new ids come back in the order of the rows.

@@ -1,0 +1,304 @@
+"""Private MariaDB servers for tests that stop, kill or break a server.
+
+The shared server on 3306 is never stopped by a test. A test that needs a
+server to go away starts its own here (own datadir, ports, socket and pid)
+and stops exactly that process, by pid:
+
+- :class:`PrivateMariadb`: one standalone mariadbd.
+- :class:`GaleraCluster`: three mariadbd nodes joined by galera-4.
+
+``python -m tests.servers galera`` starts a cluster and keeps it up until
+Enter is pressed (for trying things by hand).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pymysql
+
+MARIADBD = "/usr/sbin/mariadbd"
+INSTALL_DB = "/usr/bin/mariadb-install-db"
+GALERA = "/usr/lib/galera/libgalera_smm.so"
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports nothing listens on now (held open together, so they differ)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def unavailable(galera: bool = False) -> str | None:
+    """Why this machine cannot start a private server, or None."""
+    needed = [MARIADBD, INSTALL_DB] + ([GALERA, "/usr/bin/rsync"] if galera else [])
+    missing = [path for path in needed if not os.path.exists(path)]
+    if missing:
+        return f"missing {', '.join(missing)} (tests/run.sh installs them)"
+    if os.geteuid() != 0:
+        return "private servers run as the mysql user: the tests must run as root"
+    return None
+
+
+def _base_dir(prefix: str) -> Path:
+    # Not under pytest's tmp_path: /tmp/pytest-of-root is 0700 and mariadbd
+    # runs as mysql, which must reach its datadir.
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    path.chmod(0o755)
+    return path
+
+
+class Node:
+    """One mariadbd process with its own datadir, socket, pid file and port."""
+
+    def __init__(self, base: Path, name: str, port: int, extra: Sequence[str] = ()):
+        self.name = name
+        self.port = port
+        self.dir = base / name
+        self.datadir = self.dir / "data"
+        self.cnf = self.dir / "my.cnf"
+        self.log = self.dir / "error.log"
+        self.socket = self.dir / "mysqld.sock"
+        self.proc: subprocess.Popen | None = None
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.datadir.mkdir(exist_ok=True)
+        lines = [
+            "[mysqld]",
+            f"datadir={self.datadir}",
+            f"socket={self.socket}",
+            f"pid-file={self.dir / 'mysqld.pid'}",
+            f"log-error={self.log}",
+            f"port={port}",
+            "bind-address=127.0.0.1",
+            "user=mysql",
+            "skip-name-resolve",
+            "innodb_buffer_pool_size=64M",
+            "innodb_log_file_size=32M",
+            "max_connections=200",
+            "performance_schema=OFF",
+            *extra,
+        ]
+        self.cnf.write_text("\n".join(lines) + "\n")
+        shutil.chown(self.dir, "mysql", "mysql")
+        shutil.chown(self.datadir, "mysql", "mysql")
+
+    @property
+    def url(self) -> str:
+        return f"mysql://root@127.0.0.1:{self.port}/test"
+
+    def install(self) -> None:
+        subprocess.run(
+            [INSTALL_DB, f"--defaults-file={self.cnf}", "--user=mysql",
+             "--auth-root-authentication-method=normal", "--skip-test-db"],
+            check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+
+    def start(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [MARIADBD, f"--defaults-file={self.cnf}", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def connect(self, timeout: float = 5) -> pymysql.connections.Connection:
+        return pymysql.connect(
+            host="127.0.0.1", port=self.port, user="root", password="",
+            autocommit=True, connect_timeout=timeout, ssl_disabled=True,
+        )  # fmt: skip
+
+    def socket_connect(self) -> pymysql.connections.Connection:
+        return pymysql.connect(unix_socket=str(self.socket), user="root", autocommit=True)
+
+    def wait_ready(self, timeout: float = 120, galera: bool = False) -> None:
+        end = time.monotonic() + timeout
+        last: object = None
+        while time.monotonic() < end:
+            if not self.running():
+                raise RuntimeError(f"{self.name} exited; its log:\n{self.log_tail()}")
+            try:
+                conn = self.socket_connect()
+                try:
+                    with conn.cursor() as cursor:
+                        if not galera:
+                            return
+                        cursor.execute("SHOW STATUS LIKE 'wsrep_local_state_comment'")
+                        row = cursor.fetchone()
+                        last = row
+                        if row and row[1] == "Synced":
+                            return
+                finally:
+                    conn.close()
+            except pymysql.MySQLError as exc:
+                last = exc
+            time.sleep(0.3)
+        raise RuntimeError(f"{self.name} not ready within {timeout}s ({last}):\n{self.log_tail()}")
+
+    def sql(self, statement: str) -> list[tuple]:
+        conn = self.socket_connect()
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(statement)
+                return list(cursor.fetchall())
+        finally:
+            conn.close()
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signal this node's own process (never any other mariadbd)."""
+        if self.running():
+            assert self.proc is not None
+            os.kill(self.proc.pid, sig)
+            self.proc.wait(timeout=120)
+
+    def stop(self) -> None:
+        if self.running():
+            assert self.proc is not None
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+def _allow_root_over_tcp(node: Node) -> None:
+    # skip-name-resolve: root@localhost does not match TCP from 127.0.0.1.
+    node.sql("CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY ''")
+    node.sql("GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION")
+    node.sql("CREATE DATABASE IF NOT EXISTS test")
+
+
+class PrivateMariadb:
+    """A standalone mariadbd of the test's own, stopped (by pid) at close()."""
+
+    def __init__(self, extra: Sequence[str] = ()):
+        self.base = _base_dir("mq-mariadb-")
+        (port,) = free_ports(1)
+        self.node = Node(self.base, "server", port, extra)
+        self.node.install()
+        self.start()
+        _allow_root_over_tcp(self.node)
+
+    @property
+    def url(self) -> str:
+        return self.node.url
+
+    @property
+    def port(self) -> int:
+        return self.node.port
+
+    def start(self) -> None:
+        self.node.start()
+        self.node.wait_ready()
+
+    def stop(self) -> None:
+        self.node.stop()
+
+    def close(self) -> None:
+        self.node.stop()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+class GaleraCluster:
+    """Three Galera nodes on free ports: node 0 bootstraps, 1 and 2 join by rsync SST."""
+
+    def __init__(self, size: int = 3):
+        self.base = _base_dir("mq-galera-")
+        ports = free_ports(4 * size)
+        sql_ports, group, ist, sst = (ports[i::4] for i in range(4))
+        members = ",".join(f"127.0.0.1:{p}" for p in group)
+        self.nodes = [
+            Node(
+                self.base,
+                f"node{i + 1}",
+                sql_ports[i],
+                [
+                    "binlog_format=ROW",
+                    "default_storage_engine=InnoDB",
+                    "innodb_autoinc_lock_mode=2",
+                    # the test cluster shares one disk: durability is not under test
+                    "innodb_flush_log_at_trx_commit=2",
+                    "wsrep_on=ON",
+                    f"wsrep_provider={GALERA}",
+                    "wsrep_cluster_name=mq_test",
+                    f"wsrep_node_name=node{i + 1}",
+                    f"wsrep_cluster_address=gcomm://{members}",
+                    f"wsrep_node_address=127.0.0.1:{group[i]}",
+                    f'wsrep_provider_options="gmcast.listen_addr=tcp://127.0.0.1:{group[i]};'
+                    f'ist.recv_addr=127.0.0.1:{ist[i]};gcache.size=128M"',
+                    "wsrep_sst_method=rsync",
+                    f"wsrep_sst_receive_address=127.0.0.1:{sst[i]}",
+                ],
+            )
+            for i in range(size)
+        ]
+        try:
+            first = self.nodes[0]
+            first.install()
+            first.start("--wsrep-new-cluster")
+            first.wait_ready(galera=True)
+            _allow_root_over_tcp(first)
+            for node in self.nodes[1:]:
+                node.start()
+                node.wait_ready(galera=True)
+        except BaseException:
+            self.close()
+            raise
+
+    def urls(self, database: str) -> list[str]:
+        return [f"mysql://root@127.0.0.1:{n.port}/{database}" for n in self.nodes]
+
+    def restart(self, node: Node) -> None:
+        """Start a stopped or killed node again; it rejoins (IST or SST) and syncs."""
+        node.start()
+        node.wait_ready(galera=True)
+
+    def cluster_size(self) -> int:
+        for node in self.nodes:
+            if node.running():
+                return int(node.sql("SHOW STATUS LIKE 'wsrep_cluster_size'")[0][1])
+        return 0
+
+    def close(self) -> None:
+        for node in reversed(self.nodes):
+            node.stop()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["galera"]:
+        cluster = GaleraCluster()
+        print("\n".join(cluster.urls("test")), flush=True)
+    else:
+        server = PrivateMariadb()
+        print(server.url, flush=True)
+    try:
+        input("up; Enter stops it\n")
+    finally:
+        (cluster if sys.argv[1:] == ["galera"] else server).close()  # type: ignore[union-attr]
