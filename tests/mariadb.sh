@@ -1,8 +1,21 @@
 #!/usr/bin/env bash
 # Make sure the MariaDB the tests use is up at 127.0.0.1:3306 with root and an
 # empty password: start it if it is installed but stopped, install it if it is
-# missing. Skipped when MQ_TEST_MYSQL_URL points somewhere else.
+# missing (the server part is skipped when MQ_TEST_MYSQL_URL points elsewhere);
+# and galera-4 with rsync for the private Galera cluster of the fault suite.
 set -euo pipefail
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# The Galera tests start a private 3-node cluster (tests/servers.py): they need
+# Debian's galera-4 provider and rsync for its state transfers.
+if [ ! -e /usr/lib/galera/libgalera_smm.so ] || ! command -v rsync >/dev/null; then
+  echo "tests/mariadb.sh: installing galera-4 and rsync"
+  as_root apt-get update -q
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -q galera-4 rsync
+fi
 
 url=${MQ_TEST_MYSQL_URL:-mysql://root@127.0.0.1:3306/test}
 if [ "$url" != "mysql://root@127.0.0.1:3306/test" ]; then
@@ -11,10 +24,6 @@ if [ "$url" != "mysql://root@127.0.0.1:3306/test" ]; then
 fi
 
 port_open() { (exec 3<>/dev/tcp/127.0.0.1/3306) 2>/dev/null; }
-
-as_root() {
-  if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
-}
 
 if ! port_open; then
   if [ ! -x /usr/sbin/mariadbd ]; then

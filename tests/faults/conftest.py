@@ -44,10 +44,6 @@ def fault_mysql(tmp_path: Path) -> Iterator[Db]:
         assert result.exit_code == 0, result.output
         yield db
     finally:
-        from tests.faults.harness import port_open, start_mariadb
-
-        if not port_open() and "127.0.0.1:3306" in MYSQL_URL:
-            start_mariadb()  # a restart test that failed half-way must not leave it down
         conn = admin()
         with conn.cursor() as cursor:
             cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")

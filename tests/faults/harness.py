@@ -1,5 +1,5 @@
 """Machinery of the fault scenarios: a fleet of real drain processes, a
-simulated crontab, a chaos monkey, gc and final drains, MariaDB start/stop,
+simulated crontab, a chaos monkey, gc and final drains,
 a TCP forwarder and Linux network namespaces as "hosts".
 
 Everything here starts processes the tests own and reaps every one of them.
@@ -25,8 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.faults.history import Disruption, Final, final_rows
-
-MARIADBD = "/usr/sbin/mariadbd"
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, every: float = 0.1) -> object:
@@ -371,61 +369,6 @@ def drain_to_the_end(
 
 def final_state(sql: Callable[..., list[tuple]]) -> list[Final]:
     return final_rows(sql("SELECT queue, status, error_count, payload FROM mq_messages"))
-
-
-# -- MariaDB ---------------------------------------------------------------------------
-
-
-def port_open(host: str = "127.0.0.1", port: int = 3306) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def mariadb_running() -> bool:
-    status = subprocess.run(
-        ["start-stop-daemon", "--status", "--exec", MARIADBD], check=False, capture_output=True
-    )
-    return status.returncode == 0
-
-
-def stop_mariadb(timeout: float = 60) -> None:
-    subprocess.run(
-        ["start-stop-daemon", "--stop", "--oknodo", "--exec", MARIADBD],
-        check=True,
-        capture_output=True,
-    )
-    wait_for(lambda: not port_open() and not mariadb_running(), timeout, every=0.1)
-
-
-def start_mariadb(timeout: float = 90) -> None:
-    """Start the server the way tests/mariadb.sh does, and wait for its port."""
-    if not port_open():
-        # A server still shutting down would make --oknodo do nothing.
-        wait_for(lambda: not mariadb_running(), timeout, every=0.1)
-        os.makedirs("/run/mysqld", exist_ok=True)
-        shutil.chown("/run/mysqld", "mysql", "mysql")
-        subprocess.run(
-            ["start-stop-daemon", "--start", "--oknodo", "--background", "--exec", MARIADBD],
-            check=True,
-            capture_output=True,
-        )
-    wait_for(port_open, timeout, every=0.1)
-
-
-def can_restart_mariadb(url: str) -> str | None:
-    """Why this machine cannot stop and start the test server, or None."""
-    if os.geteuid() != 0:
-        return "stopping MariaDB needs root"
-    if "@127.0.0.1:3306/" not in url and "@localhost:3306/" not in url:
-        return f"the test server {url} is not the local one this test may restart"
-    if not (os.path.exists(MARIADBD) and shutil.which("start-stop-daemon")):
-        return f"no {MARIADBD} or start-stop-daemon to restart the server with"
-    if not mariadb_running():
-        return f"the server on port 3306 is not a {MARIADBD} process this test can restart"
-    return None
 
 
 # -- a TCP forwarder -------------------------------------------------------------------

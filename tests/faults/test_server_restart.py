@@ -1,16 +1,18 @@
 """The cron soak while the MariaDB server is stopped and started twice: drains
-either recover (reconnect and acknowledge) or exit 3 cleanly; nothing is lost."""
+either recover (reconnect and acknowledge) or exit 3 cleanly; nothing is lost.
+
+The server stopped is a private one this test starts (tests/servers.py) and
+stops by its pid: never the shared server the rest of the suite uses."""
 
 from __future__ import annotations
 
-import fcntl
 import random
 import time
 
 import pytest
 
-from tests.conftest import MYSQL_URL, cannot_run_here
-from tests.faults import harness
+from tests import servers
+from tests.conftest import Db, cannot_run_here
 from tests.faults.harness import chaos_monkey, crontab
 from tests.faults.history import Disruption
 from tests.faults.scenario import BATCH, POISON, Scenario
@@ -32,21 +34,24 @@ AFTER_OUTAGE = 20.0
 
 
 @pytest.fixture
-def restart_lock():
-    """One restart test at a time on this machine (two sessions running the suite)."""
-    with open("/tmp/mq-faults-mariadb-restart.lock", "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def test_server_stopped_and_started_twice(restart_lock, fault_mysql, tmp_path):
-    reason = harness.can_restart_mariadb(MYSQL_URL)
+def private_server(tmp_path):
+    """A MariaDB of this test's own (datadir, port, socket), with a database and schema."""
+    reason = servers.unavailable()
     if reason:
-        cannot_run_here(reason)
-    db = fault_mysql
+        cannot_run_here(f"cannot start a private MariaDB: {reason}")
+    server = servers.PrivateMariadb()
+    try:
+        server.node.sql("CREATE DATABASE mq_restart")
+        db = Db("mysql", f"mysql://root@127.0.0.1:{server.port}/mq_restart", tmp_path)
+        result = db.run("init")
+        assert result.exit_code == 0, result.output
+        yield server, db
+    finally:
+        server.close()
+
+
+def test_server_stopped_and_started_twice(private_server, tmp_path):
+    server, db = private_server
     s = Scenario(tmp_path, db.url, db.sql, {"alpha": {}, "beta": {}, "poison": POISON}, db.env())
     s.enqueue("alpha", PER_QUEUE, **WORK)
     s.enqueue("beta", PER_QUEUE, **WORK)
@@ -70,9 +75,9 @@ def test_server_stopped_and_started_twice(restart_lock, fault_mysql, tmp_path):
             # outage, or give up holding messages, are what is under test here
             chaos.paused.set()
             down = time.time()
-            harness.stop_mariadb()
+            server.stop()  # SIGTERM to this server's own pid; waits for it to exit
             time.sleep(down_for)
-            harness.start_mariadb()
+            server.start()
             outages.append((down, time.time()))
             time.sleep(5)  # drains reconnect, or finish giving up
             chaos.paused.clear()
@@ -82,8 +87,8 @@ def test_server_stopped_and_started_twice(restart_lock, fault_mysql, tmp_path):
         left = s.finish()
     finally:
         s.fleet.kill_all()
-        if not harness.port_open():
-            harness.start_mariadb()
+        if not server.node.running():
+            server.start()
 
     gave_up = [d for d in s.fleet.drains if d.proc.returncode == 3 and "gc --stalled" in d.stderr()]
     hit = [
