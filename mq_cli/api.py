@@ -52,7 +52,18 @@ class MQ:
     @property
     def backend(self) -> Backend:
         if self._backend is None:
-            self._backend = open_backend(self.config.database, self.config.table)
+            from .backends.schema import verify
+
+            backend = open_backend(self.config.database, self.config.table)
+            try:
+                # Once per connection, before anything is claimed or stored: a
+                # table from a newer mq, or one missing a column or an index,
+                # is refused here rather than half-used.
+                verify(backend)
+            except BaseException:
+                backend.close()
+                raise
+            self._backend = backend
         return self._backend
 
     def close(self) -> None:
@@ -71,11 +82,13 @@ class MQ:
 
     # -- schema -----------------------------------------------------------
 
-    def init(self) -> None:
-        """Create the table(s) if missing; idempotent."""
-        backend = open_backend(self.config.database, self.config.table, create=True)
+    def init(self) -> list[str]:
+        """Create the table(s), or migrate and repair them; idempotent. What was done."""
+        backend = open_backend(
+            self.config.database, self.config.table, create=True, auto_init=False
+        )
         try:
-            backend.init_schema()
+            return backend.init_schema()
         finally:
             backend.close()
 

@@ -6,8 +6,12 @@ import os
 import stat
 import tempfile
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .errors import MqError
+
+if TYPE_CHECKING:
+    from .backends.base import Backend
 
 
 @dataclass(frozen=True)
@@ -21,7 +25,6 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
     """Run every check that can run; a failed config stops the ones that need it."""
     from . import handlers, slots
     from .backends import open_backend
-    from .backends.base import SCHEMA_VERSION
     from .config import load_config
 
     results: list[Check] = []
@@ -41,28 +44,7 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
     else:
         with backend:
             results.append(Check("database", True, f"reachable: {config.database.describe()}"))
-            try:
-                version = backend.schema_version()
-            except MqError as exc:
-                results.append(Check("schema", False, str(exc)))
-            else:
-                if version is None:
-                    results.append(
-                        Check("schema", False, f"table {config.table} missing: run `mq init`")
-                    )
-                elif version != SCHEMA_VERSION:
-                    results.append(
-                        Check(
-                            "schema",
-                            False,
-                            f"version {version}, this mq expects {SCHEMA_VERSION}: "
-                            "upgrade mq or run `mq init` with the newer release",
-                        )
-                    )
-                else:
-                    results.append(
-                        Check("schema", True, f"table {config.table}, version {version}")
-                    )
+            results.append(_schema(backend, config.table))
 
     for name, queue in config.queues.items():
         for label, path in (
@@ -106,3 +88,17 @@ def _lock_dir(path: str, ensure: object) -> Check:
     except OSError as exc:
         return Check("lock_dir", False, f"{path} is not writable: {exc.strerror}")
     return Check("lock_dir", True, f"{path} usable")
+
+
+def _schema(backend: Backend, table: str) -> Check:
+    """The version and the shape every command relies on (`mq init` repairs both)."""
+    from .backends.schema import problems
+
+    try:
+        found = problems(backend)
+        version = backend.schema_version()
+    except MqError as exc:
+        return Check("schema", False, str(exc))
+    if found:
+        return Check("schema", False, "; ".join(found))
+    return Check("schema", True, f"table {table}, version {version}")

@@ -8,9 +8,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import cache
+from typing import TYPE_CHECKING
 
 from .. import SCHEMA_VERSION
 from ..models import ByIdResult, Message, QueueStats
+
+if TYPE_CHECKING:
+    from .schema import Shape
 
 
 def placeholders(count: int, mark: str) -> str:
@@ -64,9 +68,28 @@ class Backend(ABC):
     def ddl(self) -> list[str]:
         """The statements `mq init` runs (and `--print-sql` prints)."""
 
+    def init_schema(self) -> list[str]:
+        """Create or migrate the table(s); idempotent. What was done, one line each."""
+        from .schema import migrate
+
+        return migrate(self)
+
     @abstractmethod
-    def init_schema(self) -> None:
-        """Create the table(s) if missing; idempotent."""
+    def table_shape(self) -> Shape | None:
+        """The queue table's columns and indexes as the database reports them; None if
+        there is no such table."""
+
+    @abstractmethod
+    def run_schema(self, name: str, params: Sequence[object] = ()) -> None:
+        """Run one named schema statement (DDL, the version record) on its own."""
+
+    @abstractmethod
+    def run_schema_statement(self, statement: str) -> None:
+        """Run one DDL statement of :meth:`ddl` on its own."""
+
+    def unique_key_is_text(self) -> bool:
+        """Whether unique_key still has the pre-version-1 text type (MySQL only)."""
+        return False
 
     @abstractmethod
     def schema_version(self) -> int | None:

@@ -24,7 +24,7 @@ from ..errors import (
     SchemaMissing,
 )
 from ..models import Message, QueueStats
-from .base import SCHEMA_VERSION, load_queries, placeholders
+from .base import load_queries, placeholders
 from .mysql_operate import MysqlOperate
 
 T = TypeVar("T")
@@ -232,12 +232,6 @@ class MysqlBackend(MysqlOperate):
 
     def ddl(self) -> list[str]:
         return ddl(self.table)
-
-    def init_schema(self) -> None:
-        with self._errors(), self.conn.cursor() as cursor:
-            for statement in self.ddl():
-                cursor.execute(statement)
-            cursor.execute(self._sql["write_version"], (str(SCHEMA_VERSION),))
 
     def schema_version(self) -> int | None:
         try:

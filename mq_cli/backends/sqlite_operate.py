@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING
 from ..models import ByIdResult, Message
 from .base import Backend, placeholders
 
+if TYPE_CHECKING:
+    from .schema import Shape
+
 
 # sqlite.py imports this module, so its helpers are imported when first used.
 def offset(seconds: float) -> str:
@@ -54,6 +57,25 @@ class SqliteOperate(Backend):
 
     def _messages(self, name: str, params: Sequence[object]) -> list[Message]:
         return [_listed(row) for row in self._rows(self._sql[name], params)]
+
+    # -- schema (backends/schema.py decides; these only ask and run) --------
+
+    def table_shape(self) -> Shape | None:
+        from .schema import Shape
+
+        columns = frozenset(row[0] for row in self._rows(self._sql["table_columns"], (self.table,)))
+        if not columns:
+            return None
+        indexes = self._rows(self._sql["table_indexes"], (self.table,))
+        return Shape(columns, {name: bool(unique) for name, unique in indexes})
+
+    def run_schema(self, name: str, params: Sequence[object] = ()) -> None:
+        with self._errors():
+            self.conn.execute(self._sql[name], params)
+
+    def run_schema_statement(self, statement: str) -> None:
+        with self._errors():
+            self.conn.execute(statement)
 
     def _with_ids(self, name: str, ids: Sequence[int]) -> str:
         return self._sql[name].replace("{ids}", placeholders(len(ids), "?"))

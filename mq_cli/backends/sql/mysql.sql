@@ -30,9 +30,6 @@ CREATE TABLE IF NOT EXISTS `{table}_meta` (
   value VARCHAR(255) NOT NULL
 ) ENGINE=InnoDB
 
--- name: write_version
-INSERT IGNORE INTO `{table}_meta` (name, value) VALUES ('schema_version', %s)
-
 -- name: schema_version
 SELECT value FROM `{table}_meta` WHERE name = 'schema_version'
 
@@ -288,3 +285,64 @@ SELECT id FROM `{table}` WHERE id IN ({ids}) AND owner = %s AND status = 'proces
 -- After a claim whose COMMIT reply was lost: whatever that claim took goes back.
 UPDATE `{table}` SET status = 'ready', owner = NULL, heartbeat_at = NULL
 WHERE queue = %s AND status = 'processing' AND owner = %s
+
+-- Schema shape and migrations (backends/schema.py): what `mq init` repairs and
+-- what every command checks once before it reads or writes messages.
+
+-- name: table_columns
+SELECT COLUMN_NAME FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s
+
+-- name: table_indexes
+SELECT INDEX_NAME, MIN(NON_UNIQUE) = 0 FROM information_schema.STATISTICS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s
+GROUP BY INDEX_NAME
+
+-- name: set_version
+INSERT INTO `{table}_meta` (name, value) VALUES ('schema_version', %s)
+ON DUPLICATE KEY UPDATE value = VALUES(value)
+
+-- name: unique_key_type
+-- Before schema version 1 the key was utf8mb4 text, whose collation pads and
+-- folds: 'k' and 'k ' collided. Version 1 stores bytes.
+SELECT DATA_TYPE FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s AND COLUMN_NAME = 'unique_key'
+
+-- name: migrate_0_unique_key_bytes
+ALTER TABLE `{table}` MODIFY unique_key VARBINARY(1020) NULL
+
+-- name: add_column_status
+-- Columns a damaged table may have lost, each with a default for its rows. A
+-- message's queue, payload or id cannot be made up: those are not here.
+ALTER TABLE `{table}` ADD COLUMN
+  status VARCHAR(10) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT 'ready'
+
+-- name: add_column_priority
+ALTER TABLE `{table}` ADD COLUMN priority INT NOT NULL DEFAULT 0
+
+-- name: add_column_available_at
+ALTER TABLE `{table}` ADD COLUMN available_at DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00'
+
+-- name: add_column_created_at
+ALTER TABLE `{table}` ADD COLUMN created_at DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00'
+
+-- name: add_column_heartbeat_at
+ALTER TABLE `{table}` ADD COLUMN heartbeat_at DATETIME(6) NULL
+
+-- name: add_column_owner
+ALTER TABLE `{table}` ADD COLUMN owner VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NULL
+
+-- name: add_column_error_count
+ALTER TABLE `{table}` ADD COLUMN error_count INT NOT NULL DEFAULT 0
+
+-- name: add_column_last_error
+ALTER TABLE `{table}` ADD COLUMN last_error TEXT NULL
+
+-- name: add_column_unique_key
+ALTER TABLE `{table}` ADD COLUMN unique_key VARBINARY(1020) NULL
+
+-- name: add_claim_index
+ALTER TABLE `{table}` ADD KEY `{table}_claim` (queue, status, priority DESC, available_at, id)
+
+-- name: add_unique_index
+ALTER TABLE `{table}` ADD UNIQUE KEY `{table}_unique` (queue, unique_key)
