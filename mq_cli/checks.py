@@ -44,7 +44,10 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
     else:
         with backend:
             results.append(Check("database", True, f"reachable: {config.database.describe()}"))
-            results.append(_schema(backend, config.table))
+            schema = _schema(backend, config.table)
+            results.append(schema)
+            if schema.ok:
+                results += _writable(backend)
 
     for name, queue in config.queues.items():
         for label, path in (
@@ -102,3 +105,31 @@ def _schema(backend: Backend, table: str) -> Check:
     if found:
         return Check("schema", False, "; ".join(found))
     return Check("schema", True, f"table {table}, version {version}")
+
+
+def _writable(backend: Backend) -> list[Check]:
+    """Reachable and readable is not enough: a read-only file, a read-only server or
+    a user without INSERT fails every enqueue and every drain's acknowledgement."""
+    results = []
+    try:
+        backend.probe_write()
+    except MqError as exc:
+        results.append(Check("writable", False, f"a write was refused: {exc}"))
+    else:
+        results.append(Check("writable", True, "a test insert succeeded (rolled back)"))
+    if backend.kind == "sqlite":
+        try:
+            found = backend.integrity()
+        except MqError as exc:
+            found = [str(exc)]
+        if found:
+            results.append(
+                Check(
+                    "integrity",
+                    False,
+                    f"PRAGMA quick_check: {'; '.join(found)} (restore the file from a backup)",
+                )
+            )
+        else:
+            results.append(Check("integrity", True, "PRAGMA quick_check ok"))
+    return results

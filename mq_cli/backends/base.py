@@ -87,6 +87,15 @@ class Backend(ABC):
     def run_schema_statement(self, statement: str) -> None:
         """Run one DDL statement of :meth:`ddl` on its own."""
 
+    @abstractmethod
+    def probe_write(self) -> None:
+        """Insert a row and roll it back: raises DatabaseError when writes would fail."""
+
+    def integrity(self) -> list[str]:
+        """Problems the database's own consistency check finds ([] when none, or none
+        is cheap enough to run: only SQLite has one)."""
+        return []
+
     def unique_key_is_text(self) -> bool:
         """Whether unique_key still has the pre-version-1 text type (MySQL only)."""
         return False

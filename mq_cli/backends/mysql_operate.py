@@ -81,6 +81,15 @@ class MysqlOperate(Backend):
     def run_schema_statement(self, statement: str) -> None:
         self._rows(statement, ())
 
+    def probe_write(self) -> None:
+        with self._errors():
+            self.conn.begin()
+            try:
+                with self.conn.cursor() as cursor:
+                    cursor.execute(self._sql["probe_write"])
+            finally:
+                self.conn.rollback()
+
     def unique_key_is_text(self) -> bool:
         rows = self._rows(self._sql["unique_key_type"], (self.table,))
         return bool(rows) and str(rows[0][0]).lower() in ("varchar", "char", "text")

@@ -34,6 +34,10 @@ def parse_time(text: str | None) -> datetime | None:
     return parse_time(text)
 
 
+class _RolledBack(Exception):
+    """Ends the probe's transaction the way a failure would: with a ROLLBACK."""
+
+
 class SqliteOperate(Backend):
     """Operator methods; SqliteBackend provides the plumbing they use."""
 
@@ -76,6 +80,21 @@ class SqliteOperate(Backend):
     def run_schema_statement(self, statement: str) -> None:
         with self._errors():
             self.conn.execute(statement)
+
+    def probe_write(self) -> None:
+        # _write() rolls back on an exception: raise one once the insert worked.
+        try:
+            with self._write() as conn:
+                conn.execute(self._sql["probe_write"])
+                raise _RolledBack
+        except _RolledBack:
+            pass
+
+    def integrity(self) -> list[str]:
+        # quick_check reads every page (not the index contents): O(size), so only in `mq check`.
+        rows = self._rows(self._sql["quick_check"], ())
+        found = [line for row in rows for line in str(row[0]).splitlines()]
+        return [] if found == ["ok"] else [x for x in found if not x.startswith("***")]
 
     def _with_ids(self, name: str, ids: Sequence[int]) -> str:
         return self._sql[name].replace("{ids}", placeholders(len(ids), "?"))

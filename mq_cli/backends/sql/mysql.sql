@@ -346,3 +346,9 @@ ALTER TABLE `{table}` ADD KEY `{table}_claim` (queue, status, priority DESC, ava
 
 -- name: add_unique_index
 ALTER TABLE `{table}` ADD UNIQUE KEY `{table}_unique` (queue, unique_key)
+
+-- name: probe_write
+-- `mq check`: a row no drain could claim (a queue name mq never accepts),
+-- inserted inside a transaction that is always rolled back.
+INSERT INTO `{table}` (queue, available_at, created_at, payload)
+VALUES ('mq check probe', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), '')

@@ -309,3 +309,12 @@ CREATE INDEX IF NOT EXISTS "{table}_claim" ON "{table}" (queue, status, priority
 
 -- name: add_unique_index
 CREATE UNIQUE INDEX IF NOT EXISTS "{table}_unique" ON "{table}" (queue, unique_key)
+
+-- name: probe_write
+-- `mq check`: a row no drain could claim (a queue name mq never accepts),
+-- inserted inside a transaction that is always rolled back.
+INSERT INTO "{table}" (queue, available_at, created_at, payload)
+VALUES ('mq check probe', {now}, {now}, X'')
+
+-- name: quick_check
+PRAGMA quick_check(5)
