@@ -212,7 +212,17 @@ class MQ:
         """Counts per queue: every configured queue, plus any other queue holding messages."""
         if queue is not None:
             validate_queue_name(queue)
-        found = self.backend.stats(queue, lambda name: self.queue(name).stalled_after)
+        from . import clock
+
+        state = clock.read(self.backend)
+
+        def stalled_after(name: str) -> float:
+            bound = self.queue(name).stalled_after
+            if state is not None and state.stalled_resumes(bound) is not None:
+                return 3e8  # a clock step: no heartbeat age means anything yet (~10 years)
+            return bound
+
+        found = self.backend.stats(queue, stalled_after)
         names = [queue] if queue else sorted(set(found) | set(self.config.queues))
         return {name: found.get(name, QueueStats()) for name in names}
 

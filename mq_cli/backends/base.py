@@ -96,6 +96,28 @@ class Backend(ABC):
         is cheap enough to run: only SQLite has one)."""
         return []
 
+    # -- the clock record (mq_cli/clock.py decides what it means) ----------
+
+    @abstractmethod
+    def clock_read(
+        self, host_key: str
+    ) -> tuple[datetime, datetime | None, str | None, str | None, str | None]:
+        """The database's now, the newest message's created_at, and the meta values
+        clock_seen, clock_step and ``host_key``."""
+
+    @abstractmethod
+    def clock_step_read(self) -> tuple[datetime, str | None]:
+        """The database's now and the meta value clock_step (a read only)."""
+
+    @abstractmethod
+    def meta_put(self, values: dict[str, str]) -> None:
+        """Set meta rows, in one transaction."""
+
+    @abstractmethod
+    def clock_repair_back(self) -> int:
+        """Ready messages created in the future (before a step back): created now,
+        their delay kept. How many."""
+
     def unique_key_is_text(self) -> bool:
         """Whether unique_key still has the pre-version-1 text type (MySQL only)."""
         return False

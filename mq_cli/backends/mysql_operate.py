@@ -90,6 +90,26 @@ class MysqlOperate(Backend):
             finally:
                 self.conn.rollback()
 
+    def clock_read(
+        self, host_key: str
+    ) -> tuple[datetime, datetime | None, str | None, str | None, str | None]:
+        now, newest, seen, step, host = self._rows(self._sql["clock_read"], (host_key,))[0]
+        return utc(now), utc(newest), seen, step, host  # type: ignore[return-value]
+
+    def clock_step_read(self) -> tuple[datetime, str | None]:
+        now, step = self._rows(self._sql["clock_step"], ())[0]
+        return utc(now), step  # type: ignore[return-value]
+
+    def meta_put(self, values: dict[str, str]) -> None:
+        def body(cursor: Any) -> None:
+            for pair in values.items():
+                cursor.execute(self._sql["meta_put"], pair)
+
+        self._transaction(body)
+
+    def clock_repair_back(self) -> int:
+        return self._change(self._sql["clock_repair_back"], ())
+
     def unique_key_is_text(self) -> bool:
         rows = self._rows(self._sql["unique_key_type"], (self.table,))
         return bool(rows) and str(rows[0][0]).lower() in ("varchar", "char", "text")

@@ -96,6 +96,24 @@ class SqliteOperate(Backend):
         found = [line for row in rows for line in str(row[0]).splitlines()]
         return [] if found == ["ok"] else [x for x in found if not x.startswith("***")]
 
+    def clock_read(
+        self, host_key: str
+    ) -> tuple[datetime, datetime | None, str | None, str | None, str | None]:
+        now, newest, seen, step, host = self._rows(self._sql["clock_read"], (host_key,))[0]
+        return parse_time(now), parse_time(newest), seen, step, host  # type: ignore[return-value]
+
+    def clock_step_read(self) -> tuple[datetime, str | None]:
+        now, step = self._rows(self._sql["clock_step"], ())[0]
+        return parse_time(now), step  # type: ignore[return-value]
+
+    def meta_put(self, values: dict[str, str]) -> None:
+        with self._write() as conn:
+            conn.executemany(self._sql["meta_put"], list(values.items()))
+
+    def clock_repair_back(self) -> int:
+        with self._write() as conn:
+            return conn.execute(self._sql["clock_repair_back"]).rowcount
+
     def _with_ids(self, name: str, ids: Sequence[int]) -> str:
         return self._sql[name].replace("{ids}", placeholders(len(ids), "?"))
 

@@ -352,3 +352,31 @@ ALTER TABLE `{table}` ADD UNIQUE KEY `{table}_unique` (queue, unique_key)
 -- inserted inside a transaction that is always rolled back.
 INSERT INTO `{table}` (queue, available_at, created_at, payload)
 VALUES ('mq check probe', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), '')
+
+-- Clock steps (mq_cli/clock.py): each drain start, heartbeat and gc records
+-- the database's now per host; a jump between two of them that the host's
+-- boot clock did not see is a step, and stalled detection waits it out.
+
+-- name: clock_read
+SELECT UTC_TIMESTAMP(6),
+       (SELECT created_at FROM `{table}` ORDER BY id DESC LIMIT 1),
+       (SELECT value FROM `{table}_meta` WHERE name = 'clock_seen'),
+       (SELECT value FROM `{table}_meta` WHERE name = 'clock_step'),
+       (SELECT value FROM `{table}_meta` WHERE name = %s)
+
+-- name: clock_step
+SELECT UTC_TIMESTAMP(6), (SELECT value FROM `{table}_meta` WHERE name = 'clock_step')
+
+-- name: meta_put
+INSERT INTO `{table}_meta` (name, value) VALUES (%s, %s)
+ON DUPLICATE KEY UPDATE value = VALUES(value)
+
+-- name: clock_repair_back
+-- After the clock went back: a ready message created "in the future" was
+-- stored before the step. Move its times back so that it is as old as it was
+-- at least (created now, its delay kept), instead of hidden for the step's size.
+UPDATE `{table}`
+SET available_at = TIMESTAMPADD(MICROSECOND,
+        -TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), created_at), available_at),
+    created_at = UTC_TIMESTAMP(6)
+WHERE status = 'ready' AND created_at > UTC_TIMESTAMP(6)

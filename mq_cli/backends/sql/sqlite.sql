@@ -318,3 +318,31 @@ VALUES ('mq check probe', {now}, {now}, X'')
 
 -- name: quick_check
 PRAGMA quick_check(5)
+
+-- Clock steps (mq_cli/clock.py): each drain start, heartbeat and gc records
+-- the database's now per host; a jump between two of them that the host's
+-- boot clock did not see is a step, and stalled detection waits it out.
+
+-- name: clock_read
+SELECT {now},
+       (SELECT created_at FROM "{table}" ORDER BY id DESC LIMIT 1),
+       (SELECT value FROM "{table}_meta" WHERE name = 'clock_seen'),
+       (SELECT value FROM "{table}_meta" WHERE name = 'clock_step'),
+       (SELECT value FROM "{table}_meta" WHERE name = ?)
+
+-- name: clock_step
+SELECT {now}, (SELECT value FROM "{table}_meta" WHERE name = 'clock_step')
+
+-- name: meta_put
+INSERT INTO "{table}_meta" (name, value) VALUES (?, ?)
+ON CONFLICT (name) DO UPDATE SET value = excluded.value
+
+-- name: clock_repair_back
+-- After the clock went back: a ready message created "in the future" was
+-- stored before the step. Move its times back so that it is as old as it was
+-- at least (created now, its delay kept), instead of hidden for the step's size.
+UPDATE "{table}"
+SET available_at = strftime('%Y-%m-%d %H:%M:%f',
+        julianday(available_at) - (julianday(created_at) - julianday('now'))),
+    created_at = {now}
+WHERE status = 'ready' AND created_at > {now}
