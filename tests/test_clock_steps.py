@@ -135,7 +135,16 @@ def test_mariadb_server_clock_step_is_seen_through_the_session(mysql_db):
         state = clock.observe(backend)
         assert state.step_at is not None
         assert state.stalled_resumes(3600) is not None
+        # Stored while the clock was 2 h ahead: one ready now, one delayed 30 min.
+        backend.enqueue("jobs", [b"1"])
+        backend.enqueue("jobs", [b"2"], delay=1800)
         with backend.conn.cursor() as cursor:
             cursor.execute("SET timestamp = DEFAULT")
         back = clock.observe(backend)  # and back again: a step back
         assert back.step_at is not None and back.step_at < state.step_at
+        assert [m.payload for m in backend.claim("jobs", 10, "me")] == [b"1"]
+    left = mysql_db.sql(
+        "SELECT TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(6), available_at) FROM mq_messages "
+        "WHERE status = 'ready'"
+    )
+    assert len(left) == 1 and 1790 < left[0][0] <= 1800
