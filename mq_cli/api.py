@@ -52,7 +52,18 @@ class MQ:
     @property
     def backend(self) -> Backend:
         if self._backend is None:
-            self._backend = open_backend(self.config.database, self.config.table)
+            from .backends.schema import verify
+
+            backend = open_backend(self.config.database, self.config.table)
+            try:
+                # Once per connection, before anything is claimed or stored: a
+                # table from a newer mq, or one missing a column or an index,
+                # is refused here rather than half-used.
+                verify(backend)
+            except BaseException:
+                backend.close()
+                raise
+            self._backend = backend
         return self._backend
 
     def close(self) -> None:
@@ -71,11 +82,13 @@ class MQ:
 
     # -- schema -----------------------------------------------------------
 
-    def init(self) -> None:
-        """Create the table(s) if missing; idempotent."""
-        backend = open_backend(self.config.database, self.config.table, create=True)
+    def init(self) -> list[str]:
+        """Create the table(s), or migrate and repair them; idempotent. What was done."""
+        backend = open_backend(
+            self.config.database, self.config.table, create=True, auto_init=False
+        )
         try:
-            backend.init_schema()
+            return backend.init_schema()
         finally:
             backend.close()
 
@@ -199,7 +212,17 @@ class MQ:
         """Counts per queue: every configured queue, plus any other queue holding messages."""
         if queue is not None:
             validate_queue_name(queue)
-        found = self.backend.stats(queue, lambda name: self.queue(name).stalled_after)
+        from . import clock
+
+        state = clock.read(self.backend)
+
+        def stalled_after(name: str) -> float:
+            bound = self.queue(name).stalled_after
+            if state is not None and state.stalled_resumes(bound) is not None:
+                return 3e8  # a clock step: no heartbeat age means anything yet (~10 years)
+            return bound
+
+        found = self.backend.stats(queue, stalled_after)
         names = [queue] if queue else sorted(set(found) | set(self.config.queues))
         return {name: found.get(name, QueueStats()) for name in names}
 

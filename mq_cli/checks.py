@@ -6,8 +6,12 @@ import os
 import stat
 import tempfile
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .errors import MqError
+
+if TYPE_CHECKING:
+    from .backends.base import Backend
 
 
 @dataclass(frozen=True)
@@ -21,7 +25,6 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
     """Run every check that can run; a failed config stops the ones that need it."""
     from . import handlers, slots
     from .backends import open_backend
-    from .backends.base import SCHEMA_VERSION
     from .config import load_config
 
     results: list[Check] = []
@@ -45,28 +48,10 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
                 results.append(Check("database mode", *backend.server_mode()))
             except MqError as exc:
                 results.append(Check("database mode", False, str(exc)))
-            try:
-                version = backend.schema_version()
-            except MqError as exc:
-                results.append(Check("schema", False, str(exc)))
-            else:
-                if version is None:
-                    results.append(
-                        Check("schema", False, f"table {config.table} missing: run `mq init`")
-                    )
-                elif version != SCHEMA_VERSION:
-                    results.append(
-                        Check(
-                            "schema",
-                            False,
-                            f"version {version}, this mq expects {SCHEMA_VERSION}: "
-                            "upgrade mq or run `mq init` with the newer release",
-                        )
-                    )
-                else:
-                    results.append(
-                        Check("schema", True, f"table {config.table}, version {version}")
-                    )
+            schema = _schema(backend, config.table)
+            results.append(schema)
+            if schema.ok:
+                results += _writable(backend)
 
     for name, queue in config.queues.items():
         for label, path in (
@@ -110,3 +95,45 @@ def _lock_dir(path: str, ensure: object) -> Check:
     except OSError as exc:
         return Check("lock_dir", False, f"{path} is not writable: {exc.strerror}")
     return Check("lock_dir", True, f"{path} usable")
+
+
+def _schema(backend: Backend, table: str) -> Check:
+    """The version and the shape every command relies on (`mq init` repairs both)."""
+    from .backends.schema import problems
+
+    try:
+        found = problems(backend)
+        version = backend.schema_version()
+    except MqError as exc:
+        return Check("schema", False, str(exc))
+    if found:
+        return Check("schema", False, "; ".join(found))
+    return Check("schema", True, f"table {table}, version {version}")
+
+
+def _writable(backend: Backend) -> list[Check]:
+    """Reachable and readable is not enough: a read-only file, a read-only server or
+    a user without INSERT fails every enqueue and every drain's acknowledgement."""
+    results = []
+    try:
+        backend.probe_write()
+    except MqError as exc:
+        results.append(Check("writable", False, f"a write was refused: {exc}"))
+    else:
+        results.append(Check("writable", True, "a test insert succeeded (rolled back)"))
+    if backend.kind == "sqlite":
+        try:
+            found = backend.integrity()
+        except MqError as exc:
+            found = [str(exc)]
+        if found:
+            results.append(
+                Check(
+                    "integrity",
+                    False,
+                    f"PRAGMA quick_check: {'; '.join(found)} (restore the file from a backup)",
+                )
+            )
+        else:
+            results.append(Check("integrity", True, "PRAGMA quick_check ok"))
+    return results

@@ -205,7 +205,10 @@ pass_state = click.make_pass_decorator(State)
 @click.option("--print-sql", is_flag=True, help="Print the DDL and touch nothing.")
 @pass_state
 def init(state: State, print_sql: bool) -> None:
-    """Create the queue table(s); safe to run again.
+    """Create the queue table(s), or migrate them; safe to run again.
+
+    On an existing table: migrates it from an older schema version, restores a
+    lost column or index, and prints each thing it did.
 
     \b
     Example:  mq -d mysql://admin@db1/app init
@@ -215,7 +218,8 @@ def init(state: State, print_sql: bool) -> None:
         for statement in state.mq.ddl():
             click.echo(statement + ";\n")
         return
-    state.mq.init()
+    for line in state.mq.init():
+        click.echo(line)
     config = state.mq.config
     click.echo(f"schema ready: table {config.table} in {config.database.describe()}")
 

@@ -20,7 +20,7 @@ from contextlib import closing
 from types import FrameType
 from typing import Any
 
-from . import handlers, slots
+from . import clock, handlers, slots
 from .backends.base import Backend
 from .config import Config, QueueConfig
 from .drain_types import DrainOptions, DrainReport
@@ -143,7 +143,9 @@ class Drain:
     def _drain_queue(self, queue: QueueConfig, path: str) -> None:
         self._db(lambda b: b.purge_tombstones(queue.name))
         if queue.requeue_stalled:
-            self._requeue_stalled(queue)
+            self._requeue_stalled(queue)  # records the clock first
+        else:
+            clock.observe_quietly(self.backend)  # keeps this host's clock record fresh
         runner = handlers.make_runner(path, queue.format)
         self.runner = runner
         try:
@@ -421,6 +423,9 @@ class Drain:
                 still = set(self._db(lambda b: b.owned(ids, self.owner), patience=2.0))
                 self.held &= still
             self.lease_until = asked + self._lease_for
+            # Every stalled_after/3 at most: a clock step is seen by the drains
+            # that hold messages, whoever runs gc.
+            clock.observe_quietly(self.backend)
         except DatabaseError as exc:
             # The handler is still running; the acknowledgement will try again.
             log.warning("heartbeat failed: %s", exc)

@@ -49,6 +49,10 @@ class SchemaMissing(DatabaseError):
     """The queue table does not exist (run `mq init`)."""
 
 
+class SchemaMismatch(DatabaseError):
+    """The table's schema version or shape is not what this mq works with."""
+
+
 class Deadlock(DatabaseError):
     """A deadlock or lock-wait timeout that survived its retries."""
 

@@ -13,10 +13,11 @@ changed is left alone.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
-from . import handlers
+from . import clock, handlers
 from .backends.base import OPERATE_BATCH, Backend
 from .config import Config, QueueConfig, validate_queue_name
 from .durations import format_duration
@@ -27,6 +28,7 @@ KINDS = {"stalled": "processing", "failed": "failed"}  # gc kind -> the status i
 ACTIONS = ("requeue", "delete")
 CALLBACK_KEYS = {"stalled": "on_stalled", "failed": "on_failed"}
 
+log = logging.getLogger("mq")
 OnBatch = Callable[[list[Message]], None]
 T = TypeVar("T")
 
@@ -103,12 +105,16 @@ class Gc:
 
     def run(self) -> GcReport:
         report = GcReport(self.kind, self.action)
+        # Before anything is called stalled: was the database's clock stepped?
+        state = clock.observe_quietly(self.backend) if self.kind == "stalled" else None
         names = self.queues or self.backend.queues_with_status(KINDS[self.kind])
         for name in names:
             queue = self.config.queue(name)
             bound = self.older_than if self.older_than is not None else queue.stalled_after
             result = GcQueueResult(name)
             report.queues.append(result)
+            if clock_says_wait(state, name, bound):
+                continue
             if self.action is None or self.notify:
                 self._list_then_act(queue, bound, result)
             else:
@@ -217,6 +223,20 @@ def call_back(path: str, queue: QueueConfig, messages: list[Message]) -> str | N
     return None if outcome.ok else (outcome.error or "failed")
 
 
+def clock_says_wait(state: clock.ClockState | None, queue: str, bound: float) -> bool:
+    """True (and a warning) while a clock step makes heartbeat ages meaningless."""
+    if state is None or state.step_at is None:
+        return False
+    resumes = state.stalled_resumes(bound)
+    if resumes is not None:
+        log.warning(
+            "queue %s: the database's clock stepped at %s UTC; no message counts as stalled "
+            "before %s UTC (a live drain's heartbeat may still carry the old clock)",
+            queue, f"{state.step_at:%Y-%m-%d %H:%M:%S}", f"{resumes:%Y-%m-%d %H:%M:%S}",
+        )  # fmt: skip
+    return resumes is not None
+
+
 def _nothing() -> None:
     pass
 
@@ -224,6 +244,8 @@ def _nothing() -> None:
 def requeue_stalled(backend: Backend, queue: QueueConfig) -> tuple[int, int]:
     """`mq drain` with `requeue_stalled: true`: the same requeue as `mq gc --stalled
     --requeue -q QUEUE`. Returns (requeued, of which now failed at max_errors)."""
+    if clock_says_wait(clock.observe_quietly(backend), queue.name, queue.stalled_after):
+        return 0, 0
     result = GcQueueResult(queue.name)
     by = "mq drain (requeue_stalled)"
     act_as_found(backend, "stalled", "requeue", queue, queue.stalled_after, result, None, by)

@@ -8,6 +8,7 @@ import re
 
 from click.testing import CliRunner
 
+from mq_cli import SCHEMA_VERSION
 from mq_cli.cli import cli
 
 
@@ -24,7 +25,8 @@ def test_check_passes_on_a_good_setup(db, tmp_path):
     lines = result.stdout.splitlines()
     assert any(line.startswith("ok") and "config" in line for line in lines)
     assert any("database" in line and "reachable" in line for line in lines)
-    assert any("schema" in line and "version 1" in line for line in lines)
+    assert any("schema" in line and f"version {SCHEMA_VERSION}" in line for line in lines)
+    assert any(line.startswith("ok") and "database mode" in line for line in lines)
     assert any("queue jobs" in line and "importable" in line for line in lines)
     assert any("lock_dir" in line and "usable" in line for line in lines)
 
@@ -121,7 +123,7 @@ def test_prometheus_textfile(db, tmp_path):
 def test_version_prints_package_and_schema_version():
     result = run("--version")
     assert result.exit_code == 0
-    assert re.fullmatch(r"mq \d+\.\d+\.\d+ \(schema 1\)\n", result.stdout)
+    assert re.fullmatch(rf"mq \d+\.\d+\.\d+ \(schema {SCHEMA_VERSION}\)\n", result.stdout)
 
 
 def test_stats_json_is_unchanged_by_prometheus(db, tmp_path):

@@ -66,3 +66,17 @@ def test_a_reused_key_is_found_through_the_index(mysql_db):
         "AND status = 'done' AND available_at <= UTC_TIMESTAMP(6)"
     )
     assert "mq_messages_unique" in str(plan), plan
+
+
+def test_init_from_version_1_says_what_it_changed(mysql_db):
+    mysql_db.sql(OLD_TABLE)
+    mysql_db.sql("CREATE TABLE mq_messages_meta (name VARCHAR(64) PRIMARY KEY, value TEXT)")
+    mysql_db.sql("INSERT INTO mq_messages_meta VALUES ('schema_version', '1')")
+    refused = mysql_db.run("enqueue", "-q", "q", '"x"')
+    assert refused.exit_code == 3 and "run `mq init` to migrate" in refused.stderr
+    result = mysql_db.run("init")
+    assert result.exit_code == 0, result.output
+    assert "migrated 1 -> 2: added column unique_slot" in result.stdout
+    assert "dropped index mq_messages_unique over (queue, unique_key)" in result.stdout
+    assert "restored index mq_messages_unique" in result.stdout
+    assert unique_columns(mysql_db) == ["unique_slot"]

@@ -52,6 +52,9 @@ def test_readme_grants_suffice(mysql_db, tmp_path):
         assert mq(as_drainer, "gc", "--stalled", "--requeue").exit_code == 0
         assert mq(as_drainer, "gc", "--errors", "--delete").exit_code == 0
         assert mq(as_drainer, "purge", "-q", "jobs", "--yes").exit_code == 0
+        # The drains recorded the clock (clock-step detection needs the meta GRANT).
+        recorded = mysql_db.sql("SELECT name FROM mq_messages_meta WHERE name LIKE 'clock:%'")
+        assert recorded, "no clock record"
         result = mq(as_drainer, "check")
         assert result.exit_code == 0, result.output
         assert "pw-d" not in result.output

@@ -6,17 +6,21 @@ from ..dburl import DatabaseSettings
 from .base import Backend
 
 
-def open_backend(settings: DatabaseSettings, table: str, *, create: bool | None = None) -> Backend:
+def open_backend(
+    settings: DatabaseSettings, table: str, *, create: bool | None = None, auto_init: bool = True
+) -> Backend:
     """Connect to the database ``settings`` describe.
 
     ``create``: make the schema if it is missing. Default: yes for SQLite (the
     embedded default must work with zero setup), no for MySQL (`mq init` does it,
-    with a user allowed to create tables).
+    with a user allowed to create tables). ``auto_init`` False: only make the
+    SQLite file's directory, and leave creating the schema to the caller (`mq init`).
     """
     if settings.kind == "sqlite":
         from .sqlite import SqliteBackend
 
-        return SqliteBackend(settings, table, create=True if create is None else create)
+        create = True if create is None else create
+        return SqliteBackend(settings, table, create=create, auto_init=auto_init)
     from .mysql import MysqlBackend
 
-    return MysqlBackend(settings, table, create=bool(create))
+    return MysqlBackend(settings, table, create=bool(create) and auto_init)

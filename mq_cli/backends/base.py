@@ -8,9 +8,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import cache
+from typing import TYPE_CHECKING
 
 from .. import SCHEMA_VERSION
 from ..models import ByIdResult, Message, QueueStats
+
+if TYPE_CHECKING:
+    from .schema import Shape
 
 
 def placeholders(count: int, mark: str) -> str:
@@ -64,9 +68,66 @@ class Backend(ABC):
     def ddl(self) -> list[str]:
         """The statements `mq init` runs (and `--print-sql` prints)."""
 
+    #: columns of this dialect's table beyond schema.COLUMNS
+    extra_columns: tuple[str, ...] = ()
+
+    def unique_index_columns(self) -> list[str]:
+        """The columns of the unique-key index, in order ([] when it is missing)."""
+        return []
+
+    def init_schema(self) -> list[str]:
+        """Create or migrate the table(s); idempotent. What was done, one line each."""
+        from .schema import migrate
+
+        return migrate(self)
+
     @abstractmethod
-    def init_schema(self) -> None:
-        """Create the table(s) if missing; idempotent."""
+    def table_shape(self) -> Shape | None:
+        """The queue table's columns and indexes as the database reports them; None if
+        there is no such table."""
+
+    @abstractmethod
+    def run_schema(self, name: str, params: Sequence[object] = ()) -> None:
+        """Run one named schema statement (DDL, the version record) on its own."""
+
+    @abstractmethod
+    def run_schema_statement(self, statement: str) -> None:
+        """Run one DDL statement of :meth:`ddl` on its own."""
+
+    @abstractmethod
+    def probe_write(self) -> None:
+        """Insert a row and roll it back: raises DatabaseError when writes would fail."""
+
+    def integrity(self) -> list[str]:
+        """Problems the database's own consistency check finds ([] when none, or none
+        is cheap enough to run: only SQLite has one)."""
+        return []
+
+    # -- the clock record (mq_cli/clock.py decides what it means) ----------
+
+    @abstractmethod
+    def clock_read(
+        self, host_key: str
+    ) -> tuple[datetime, datetime | None, str | None, str | None, str | None]:
+        """The database's now, the newest message's created_at, and the meta values
+        clock_seen, clock_step and ``host_key``."""
+
+    @abstractmethod
+    def clock_step_read(self) -> tuple[datetime, str | None]:
+        """The database's now and the meta value clock_step (a read only)."""
+
+    @abstractmethod
+    def meta_put(self, values: dict[str, str]) -> None:
+        """Set meta rows, in one transaction."""
+
+    @abstractmethod
+    def clock_repair_back(self) -> int:
+        """Ready messages created in the future (before a step back): created now,
+        their delay kept. How many."""
+
+    def unique_key_is_text(self) -> bool:
+        """Whether unique_key still has the pre-version-1 text type (MySQL only)."""
+        return False
 
     @abstractmethod
     def schema_version(self) -> int | None:

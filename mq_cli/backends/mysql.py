@@ -24,7 +24,7 @@ from ..errors import (
     SchemaMissing,
 )
 from ..models import Message, QueueStats
-from .base import SCHEMA_VERSION, load_queries, placeholders
+from .base import load_queries, placeholders
 from .mysql_operate import MysqlOperate
 
 T = TypeVar("T")
@@ -180,6 +180,13 @@ class MysqlBackend(MysqlOperate):
         self.max_payload = self.server.max_packet - 1024
         return conn
 
+    #: the unique-key index's column, NULL without a key (see create_table)
+    extra_columns = ("unique_slot",)
+
+    def unique_index_columns(self) -> list[str]:
+        params = (self.table, f"{self.table}_unique")
+        return [str(row[0]) for row in self._rows(self._sql["unique_index_columns"], params)]
+
     def server_mode(self) -> tuple[bool, str]:
         info = self.server
         kind = "MariaDB" if info.mariadb else "MySQL"
@@ -282,15 +289,6 @@ class MysqlBackend(MysqlOperate):
 
     def ddl(self) -> list[str]:
         return ddl(self.table)
-
-    def init_schema(self) -> None:
-        with self._errors(), self.conn.cursor() as cursor:
-            for statement in self.ddl():
-                cursor.execute(statement)
-            cursor.execute(self._sql["has_unique_slot"])
-            if not cursor.fetchone()[0]:
-                cursor.execute(self._sql["add_unique_slot"])
-            cursor.execute(self._sql["write_version"], (str(SCHEMA_VERSION),))
 
     def schema_version(self) -> int | None:
         try:

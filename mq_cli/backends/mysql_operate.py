@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..models import ByIdResult, Message
 from .base import Backend, placeholders
 
+if TYPE_CHECKING:
+    from .schema import Shape
+
 T = TypeVar("T")
 
 
@@ -57,6 +60,59 @@ class MysqlOperate(Backend):
 
     def _messages(self, name: str, params: Sequence[object]) -> list[Message]:
         return [_listed(row) for row in self._rows(self._sql[name], params)]
+
+    # -- schema (backends/schema.py decides; these only ask and run) --------
+
+    def table_shape(self) -> Shape | None:
+        from .schema import Shape
+
+        columns = frozenset(
+            str(row[0]) for row in self._rows(self._sql["table_columns"], (self.table,))
+        )
+        if not columns:
+            return None
+        indexes = self._rows(self._sql["table_indexes"], (self.table,))
+        return Shape(columns, {str(name): bool(unique) for name, unique in indexes})
+
+    def run_schema(self, name: str, params: Sequence[object] = ()) -> None:
+        # DDL commits on its own in MySQL: no transaction to wrap it in.
+        self._rows(self._sql[name], params)
+
+    def run_schema_statement(self, statement: str) -> None:
+        self._rows(statement, ())
+
+    def probe_write(self) -> None:
+        with self._errors():
+            self.conn.begin()
+            try:
+                with self.conn.cursor() as cursor:
+                    cursor.execute(self._sql["probe_write"])
+            finally:
+                self.conn.rollback()
+
+    def clock_read(
+        self, host_key: str
+    ) -> tuple[datetime, datetime | None, str | None, str | None, str | None]:
+        now, newest, seen, step, host = self._rows(self._sql["clock_read"], (host_key,))[0]
+        return utc(now), utc(newest), seen, step, host  # type: ignore[return-value]
+
+    def clock_step_read(self) -> tuple[datetime, str | None]:
+        now, step = self._rows(self._sql["clock_step"], ())[0]
+        return utc(now), step  # type: ignore[return-value]
+
+    def meta_put(self, values: dict[str, str]) -> None:
+        def body(cursor: Any) -> None:
+            for pair in values.items():
+                cursor.execute(self._sql["meta_put"], pair)
+
+        self._transaction(body)
+
+    def clock_repair_back(self) -> int:
+        return self._change(self._sql["clock_repair_back"], ())
+
+    def unique_key_is_text(self) -> bool:
+        rows = self._rows(self._sql["unique_key_type"], (self.table,))
+        return bool(rows) and str(rows[0][0]).lower() in ("varchar", "char", "text")
 
     def _with_ids(self, name: str, ids: Sequence[int]) -> str:
         return self._sql[name].replace("{ids}", placeholders(len(ids), "%s"))

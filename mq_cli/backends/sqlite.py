@@ -54,7 +54,9 @@ class SqliteBackend(SqliteOperate):
     kind = "sqlite"
     max_payload = 1_000_000_000 - 1024
 
-    def __init__(self, settings: DatabaseSettings, table: str, *, create: bool = True):
+    def __init__(
+        self, settings: DatabaseSettings, table: str, *, create: bool = True, auto_init: bool = True
+    ):
         assert settings.path
         self.settings = settings
         self.table = table
@@ -78,8 +80,11 @@ class SqliteBackend(SqliteOperate):
             if self.conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                 self.conn.execute("PRAGMA journal_mode = WAL")
             self.conn.execute("PRAGMA synchronous = NORMAL")
-        if create and self.schema_version() is None:
-            self.init_schema()
+        if create and auto_init:
+            version = self.schema_version()
+            if version is None or version < SCHEMA_VERSION:
+                # The embedded default needs no setup, upgrades included.
+                self.init_schema()
 
     # -- plumbing ---------------------------------------------------------
 
@@ -121,12 +126,6 @@ class SqliteBackend(SqliteOperate):
 
     def ddl(self) -> list[str]:
         return ddl(self.table)
-
-    def init_schema(self) -> None:
-        with self._write() as conn:
-            for statement in self.ddl():
-                conn.execute(statement)
-            conn.execute(self._sql["write_version"], (str(SCHEMA_VERSION),))
 
     def schema_version(self) -> int | None:
         try:

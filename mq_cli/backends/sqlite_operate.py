@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING
 from ..models import ByIdResult, Message
 from .base import Backend, placeholders
 
+if TYPE_CHECKING:
+    from .schema import Shape
+
 
 # sqlite.py imports this module, so its helpers are imported when first used.
 def offset(seconds: float) -> str:
@@ -29,6 +32,10 @@ def parse_time(text: str | None) -> datetime | None:
     from .sqlite import parse_time
 
     return parse_time(text)
+
+
+class _RolledBack(Exception):
+    """Ends the probe's transaction the way a failure would: with a ROLLBACK."""
 
 
 class SqliteOperate(Backend):
@@ -54,6 +61,58 @@ class SqliteOperate(Backend):
 
     def _messages(self, name: str, params: Sequence[object]) -> list[Message]:
         return [_listed(row) for row in self._rows(self._sql[name], params)]
+
+    # -- schema (backends/schema.py decides; these only ask and run) --------
+
+    def table_shape(self) -> Shape | None:
+        from .schema import Shape
+
+        columns = frozenset(row[0] for row in self._rows(self._sql["table_columns"], (self.table,)))
+        if not columns:
+            return None
+        indexes = self._rows(self._sql["table_indexes"], (self.table,))
+        return Shape(columns, {name: bool(unique) for name, unique in indexes})
+
+    def run_schema(self, name: str, params: Sequence[object] = ()) -> None:
+        with self._errors():
+            self.conn.execute(self._sql[name], params)
+
+    def run_schema_statement(self, statement: str) -> None:
+        with self._errors():
+            self.conn.execute(statement)
+
+    def probe_write(self) -> None:
+        # _write() rolls back on an exception: raise one once the insert worked.
+        try:
+            with self._write() as conn:
+                conn.execute(self._sql["probe_write"])
+                raise _RolledBack
+        except _RolledBack:
+            pass
+
+    def integrity(self) -> list[str]:
+        # quick_check reads every page (not the index contents): O(size), so only in `mq check`.
+        rows = self._rows(self._sql["quick_check"], ())
+        found = [line for row in rows for line in str(row[0]).splitlines()]
+        return [] if found == ["ok"] else [x for x in found if not x.startswith("***")]
+
+    def clock_read(
+        self, host_key: str
+    ) -> tuple[datetime, datetime | None, str | None, str | None, str | None]:
+        now, newest, seen, step, host = self._rows(self._sql["clock_read"], (host_key,))[0]
+        return parse_time(now), parse_time(newest), seen, step, host  # type: ignore[return-value]
+
+    def clock_step_read(self) -> tuple[datetime, str | None]:
+        now, step = self._rows(self._sql["clock_step"], ())[0]
+        return parse_time(now), step  # type: ignore[return-value]
+
+    def meta_put(self, values: dict[str, str]) -> None:
+        with self._write() as conn:
+            conn.executemany(self._sql["meta_put"], list(values.items()))
+
+    def clock_repair_back(self) -> int:
+        with self._write() as conn:
+            return conn.execute(self._sql["clock_repair_back"]).rowcount
 
     def _with_ids(self, name: str, ids: Sequence[int]) -> str:
         return self._sql[name].replace("{ids}", placeholders(len(ids), "?"))

@@ -29,26 +29,11 @@ CREATE TABLE IF NOT EXISTS `{table}` (
   UNIQUE KEY `{table}_unique` (unique_slot)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
 
--- name: has_unique_slot
-SELECT COUNT(*) FROM information_schema.columns
-WHERE table_schema = DATABASE() AND table_name = '{table}' AND column_name = 'unique_slot'
-
--- name: add_unique_slot
--- Tables made before the Galera fix: the same keys, indexed the new way.
-ALTER TABLE `{table}`
-  ADD COLUMN unique_slot VARBINARY(1090) AS (CONCAT(queue, ':', unique_key)) STORED
-    AFTER unique_key,
-  DROP INDEX `{table}_unique`,
-  ADD UNIQUE KEY `{table}_unique` (unique_slot)
-
 -- name: create_meta
 CREATE TABLE IF NOT EXISTS `{table}_meta` (
   name VARCHAR(64) CHARACTER SET ascii NOT NULL PRIMARY KEY,
   value VARCHAR(255) NOT NULL
 ) ENGINE=InnoDB
-
--- name: write_version
-INSERT IGNORE INTO `{table}_meta` (name, value) VALUES ('schema_version', %s)
 
 -- name: schema_version
 SELECT value FROM `{table}_meta` WHERE name = 'schema_version'
@@ -314,3 +299,112 @@ SELECT id FROM `{table}` WHERE id IN ({ids}) AND owner = %s AND status = 'proces
 -- After a claim whose COMMIT reply was lost: whatever that claim took goes back.
 UPDATE `{table}` SET status = 'ready', owner = NULL, heartbeat_at = NULL
 WHERE queue = %s AND status = 'processing' AND owner = %s
+
+-- Schema shape and migrations (backends/schema.py): what `mq init` repairs and
+-- what every command checks once before it reads or writes messages.
+
+-- name: table_columns
+SELECT COLUMN_NAME FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s
+
+-- name: table_indexes
+SELECT INDEX_NAME, MIN(NON_UNIQUE) = 0 FROM information_schema.STATISTICS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s
+GROUP BY INDEX_NAME
+
+-- name: set_version
+INSERT INTO `{table}_meta` (name, value) VALUES ('schema_version', %s)
+ON DUPLICATE KEY UPDATE value = VALUES(value)
+
+-- name: unique_key_type
+-- Before schema version 1 the key was utf8mb4 text, whose collation pads and
+-- folds: 'k' and 'k ' collided. Version 1 stores bytes.
+SELECT DATA_TYPE FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s AND COLUMN_NAME = 'unique_key'
+
+-- name: migrate_0_unique_key_bytes
+ALTER TABLE `{table}` MODIFY unique_key VARBINARY(1020) NULL
+
+-- name: add_column_status
+-- Columns a damaged table may have lost, each with a default for its rows. A
+-- message's queue, payload or id cannot be made up: those are not here.
+ALTER TABLE `{table}` ADD COLUMN
+  status VARCHAR(10) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT 'ready'
+
+-- name: add_column_priority
+ALTER TABLE `{table}` ADD COLUMN priority INT NOT NULL DEFAULT 0
+
+-- name: add_column_available_at
+ALTER TABLE `{table}` ADD COLUMN available_at DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00'
+
+-- name: add_column_created_at
+ALTER TABLE `{table}` ADD COLUMN created_at DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00'
+
+-- name: add_column_heartbeat_at
+ALTER TABLE `{table}` ADD COLUMN heartbeat_at DATETIME(6) NULL
+
+-- name: add_column_owner
+ALTER TABLE `{table}` ADD COLUMN owner VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NULL
+
+-- name: add_column_error_count
+ALTER TABLE `{table}` ADD COLUMN error_count INT NOT NULL DEFAULT 0
+
+-- name: add_column_last_error
+ALTER TABLE `{table}` ADD COLUMN last_error TEXT NULL
+
+-- name: add_column_unique_key
+ALTER TABLE `{table}` ADD COLUMN unique_key VARBINARY(1020) NULL
+
+-- name: add_claim_index
+ALTER TABLE `{table}` ADD KEY `{table}_claim` (queue, status, priority DESC, available_at, id)
+
+-- name: add_column_unique_slot
+-- Schema version 2 (and a repair): the unique-key index's column, NULL without a key.
+ALTER TABLE `{table}`
+  ADD COLUMN unique_slot VARBINARY(1090) AS (CONCAT(queue, ':', unique_key)) STORED
+
+-- name: unique_index_columns
+SELECT COLUMN_NAME FROM information_schema.STATISTICS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s AND INDEX_NAME = %s
+ORDER BY SEQ_IN_INDEX
+
+-- name: drop_unique_index
+-- Version 1 indexed (queue, unique_key): one Galera certification key per queue.
+ALTER TABLE `{table}` DROP INDEX `{table}_unique`
+
+-- name: add_unique_index
+ALTER TABLE `{table}` ADD UNIQUE KEY `{table}_unique` (unique_slot)
+
+-- name: probe_write
+-- `mq check`: a row no drain could claim (a queue name mq never accepts),
+-- inserted inside a transaction that is always rolled back.
+INSERT INTO `{table}` (queue, available_at, created_at, payload)
+VALUES ('mq check probe', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), '')
+
+-- Clock steps (mq_cli/clock.py): each drain start, heartbeat and gc records
+-- the database's now per host; a jump between two of them that the host's
+-- boot clock did not see is a step, and stalled detection waits it out.
+
+-- name: clock_read
+SELECT UTC_TIMESTAMP(6),
+       (SELECT created_at FROM `{table}` ORDER BY id DESC LIMIT 1),
+       (SELECT value FROM `{table}_meta` WHERE name = 'clock_seen'),
+       (SELECT value FROM `{table}_meta` WHERE name = 'clock_step'),
+       (SELECT value FROM `{table}_meta` WHERE name = %s)
+
+-- name: clock_step
+SELECT UTC_TIMESTAMP(6), (SELECT value FROM `{table}_meta` WHERE name = 'clock_step')
+
+-- name: meta_put
+INSERT INTO `{table}_meta` (name, value) VALUES (%s, %s)
+ON DUPLICATE KEY UPDATE value = VALUES(value)
+
+-- name: clock_repair_back
+-- After the clock went back: a ready message created "in the future" was
+-- stored before the step. Move its times back so that it is as old as it was
+-- at least (created now, its delay kept), instead of hidden for the step's size.
+UPDATE `{table}`
+SET available_at = TIMESTAMPADD(MICROSECOND,
+        -TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), created_at), available_at),
+    created_at = UTC_TIMESTAMP(6)
+WHERE status = 'ready' AND created_at > UTC_TIMESTAMP(6)

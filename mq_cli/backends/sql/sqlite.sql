@@ -29,9 +29,6 @@ CREATE UNIQUE INDEX IF NOT EXISTS "{table}_unique" ON "{table}" (queue, unique_k
 -- name: create_meta
 CREATE TABLE IF NOT EXISTS "{table}_meta" (name TEXT PRIMARY KEY, value TEXT NOT NULL)
 
--- name: write_version
-INSERT OR IGNORE INTO "{table}_meta" (name, value) VALUES ('schema_version', ?)
-
 -- name: schema_version
 SELECT value FROM "{table}_meta" WHERE name = 'schema_version'
 
@@ -264,3 +261,88 @@ SELECT id FROM "{table}" WHERE id IN ({ids}) AND owner = ? AND status = 'process
 -- After a claim whose outcome is unknown: whatever that claim took goes back.
 UPDATE "{table}" SET status = 'ready', owner = NULL, heartbeat_at = NULL
 WHERE queue = ? AND status = 'processing' AND owner = ?
+
+-- Schema shape and migrations (backends/schema.py): what `mq init` repairs and
+-- what every command checks once before it reads or writes messages.
+
+-- name: table_columns
+SELECT name FROM pragma_table_info(?)
+
+-- name: table_indexes
+SELECT name, "unique" FROM pragma_index_list(?)
+
+-- name: set_version
+INSERT INTO "{table}_meta" (name, value) VALUES ('schema_version', ?)
+ON CONFLICT (name) DO UPDATE SET value = excluded.value
+
+-- name: add_column_status
+-- Columns a damaged table may have lost, each with a default for its rows. A
+-- message's queue, payload or id cannot be made up: those are not here.
+ALTER TABLE "{table}" ADD COLUMN status TEXT NOT NULL DEFAULT 'ready'
+
+-- name: add_column_priority
+ALTER TABLE "{table}" ADD COLUMN priority INTEGER NOT NULL DEFAULT 0
+
+-- name: add_column_available_at
+ALTER TABLE "{table}" ADD COLUMN available_at TEXT NOT NULL DEFAULT '1970-01-01 00:00:00.000'
+
+-- name: add_column_created_at
+ALTER TABLE "{table}" ADD COLUMN created_at TEXT NOT NULL DEFAULT '1970-01-01 00:00:00.000'
+
+-- name: add_column_heartbeat_at
+ALTER TABLE "{table}" ADD COLUMN heartbeat_at TEXT
+
+-- name: add_column_owner
+ALTER TABLE "{table}" ADD COLUMN owner TEXT
+
+-- name: add_column_error_count
+ALTER TABLE "{table}" ADD COLUMN error_count INTEGER NOT NULL DEFAULT 0
+
+-- name: add_column_last_error
+ALTER TABLE "{table}" ADD COLUMN last_error TEXT
+
+-- name: add_column_unique_key
+ALTER TABLE "{table}" ADD COLUMN unique_key TEXT
+
+-- name: add_claim_index
+CREATE INDEX IF NOT EXISTS "{table}_claim" ON "{table}" (queue, status, priority DESC, available_at, id)
+
+-- name: add_unique_index
+CREATE UNIQUE INDEX IF NOT EXISTS "{table}_unique" ON "{table}" (queue, unique_key)
+
+-- name: probe_write
+-- `mq check`: a row no drain could claim (a queue name mq never accepts),
+-- inserted inside a transaction that is always rolled back.
+INSERT INTO "{table}" (queue, available_at, created_at, payload)
+VALUES ('mq check probe', {now}, {now}, X'')
+
+-- name: quick_check
+PRAGMA quick_check(5)
+
+-- Clock steps (mq_cli/clock.py): each drain start, heartbeat and gc records
+-- the database's now per host; a jump between two of them that the host's
+-- boot clock did not see is a step, and stalled detection waits it out.
+
+-- name: clock_read
+SELECT {now},
+       (SELECT created_at FROM "{table}" ORDER BY id DESC LIMIT 1),
+       (SELECT value FROM "{table}_meta" WHERE name = 'clock_seen'),
+       (SELECT value FROM "{table}_meta" WHERE name = 'clock_step'),
+       (SELECT value FROM "{table}_meta" WHERE name = ?)
+
+-- name: clock_step
+SELECT {now}, (SELECT value FROM "{table}_meta" WHERE name = 'clock_step')
+
+-- name: meta_put
+INSERT INTO "{table}_meta" (name, value) VALUES (?, ?)
+ON CONFLICT (name) DO UPDATE SET value = excluded.value
+
+-- name: clock_repair_back
+-- After the clock went back: a ready message created "in the future" was
+-- stored before the step. Move its times back so that it is as old as it was
+-- at least (created now, its delay kept), instead of hidden for the step's size.
+UPDATE "{table}"
+SET available_at = strftime('%Y-%m-%d %H:%M:%f',
+        julianday(available_at) - (julianday(created_at) - julianday('now'))),
+    created_at = {now}
+WHERE status = 'ready' AND created_at > {now}

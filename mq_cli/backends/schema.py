@@ -1,0 +1,186 @@
+"""The queue table's expected shape, its check, and `mq init`'s migrations.
+
+Every command but `init` and `check` calls :func:`verify` once per process (a
+version read and two catalogue reads), before it claims or enqueues anything:
+a table from a newer mq, one that an older layout left unmigrated, or one that
+lost a column or an index is refused with what to do, instead of half-working
+(a drain that claims, runs the handler and then cannot record the result; a
+unique key that is no longer enforced).
+
+Schema versions:
+
+- 0: a table made before the version was recorded (no meta row, or '0'). On
+  MySQL its unique_key was utf8mb4 text, whose collation padded and folded keys.
+- 1: the version recorded; MySQL's unique index over (queue, unique_key).
+- 2: this layout (sql/<dialect>.sql, create_table). On MySQL the unique index
+  is over unique_slot, CONCAT(queue, ':', unique_key), NULL without a key:
+  Galera certifies every write by its unique index values, NULL parts
+  included, so (queue, NULL) made every write of a queue conflict with every
+  concurrent write from another node. SQLite is unchanged.
+
+A migration step ``n`` takes a table from version n to n + 1; after the steps,
+:func:`migrate` restores any missing column or index, then records the version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .. import SCHEMA_VERSION
+from ..errors import DatabaseError, SchemaMismatch, SchemaMissing
+from .base import Backend
+
+#: every column a command reads or writes, in table order
+COLUMNS = (
+    "id", "queue", "status", "priority", "available_at", "created_at", "heartbeat_at",
+    "owner", "error_count", "last_error", "unique_key", "payload",
+)  # fmt: skip
+#: columns whose loss cannot be repaired: a message without them is no message
+IRREPLACEABLE = ("id", "queue", "payload")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the database says the table looks like."""
+
+    columns: frozenset[str]
+    #: index name -> unique
+    indexes: dict[str, bool]
+
+
+def index_names(table: str) -> dict[str, tuple[str, bool]]:
+    """{index name: (what it is for, unique)} for the indexes mq needs."""
+    return {
+        f"{table}_claim": ("claims follow it", False),
+        f"{table}_unique": ("it enforces --unique-key", True),
+    }
+
+
+def problems(backend: Backend, shape: Shape | None = None) -> list[str]:
+    """What is wrong with the schema, one sentence each; [] when all is well.
+
+    Raises SchemaMissing when there is no queue table at all.
+    """
+    table = backend.table
+    shape = shape or backend.table_shape()
+    if shape is None:
+        raise SchemaMissing(f"the queue table {table!r} does not exist: run `mq init`")
+    version = backend.schema_version() or 0
+    if version > SCHEMA_VERSION:
+        return [
+            f"schema version {version} is newer than this mq ({SCHEMA_VERSION}): upgrade mq "
+            "(a newer mq made or migrated this table)"
+        ]
+    found = []
+    if version < SCHEMA_VERSION:
+        found.append(
+            f"schema version {version} is older than this mq ({SCHEMA_VERSION}): "
+            "run `mq init` to migrate"
+        )
+    for column in COLUMNS + backend.extra_columns:
+        if column not in shape.columns:
+            found.append(f"table {table} has no column {column}: {_repair_hint(column)}")
+    for name, (purpose, unique) in index_names(table).items():
+        if name not in shape.indexes:
+            found.append(f"table {table} has no index {name} ({purpose}): run `mq init`")
+        elif unique and not shape.indexes[name]:
+            found.append(f"index {name} is not unique ({purpose}): drop it and run `mq init`")
+    return found
+
+
+def _repair_hint(column: str) -> str:
+    if column in IRREPLACEABLE:
+        return "its messages cannot be recovered by mq; restore the table from a backup"
+    return "run `mq init` to restore it"
+
+
+def verify(backend: Backend) -> None:
+    """Raise SchemaMismatch (exit 3) naming each problem, or SchemaMissing."""
+    found = problems(backend)
+    if found:
+        raise SchemaMismatch("\n".join(found))
+
+
+# -- migrations ---------------------------------------------------------------
+
+
+def _step_0(backend: Backend) -> list[str]:
+    """0 -> 1: the version starts being recorded; MySQL keys become bytes."""
+    done = ["recorded the schema version"]
+    if backend.kind == "mysql" and backend.unique_key_is_text():
+        backend.run_schema("migrate_0_unique_key_bytes")
+        done.append("unique_key stored as bytes (VARBINARY), as schema version 1 does")
+    return done
+
+
+def _step_1(backend: Backend) -> list[str]:
+    """1 -> 2: MySQL's unique index moves to unique_slot (NULL without a key)."""
+    if backend.kind != "mysql":
+        return ["nothing to change on SQLite"]
+    shape = backend.table_shape()
+    done = []
+    if shape is not None and "unique_slot" not in shape.columns:
+        backend.run_schema("add_column_unique_slot")
+        done.append("added column unique_slot (the unique key with its queue)")
+    if backend.unique_index_columns() not in ([], ["unique_slot"]):
+        backend.run_schema("drop_unique_index")
+        done.append(f"dropped index {backend.table}_unique over (queue, unique_key)")
+    return done  # _repair adds the index over unique_slot
+
+
+#: STEPS[n] takes a version-n table to version n + 1
+STEPS: dict[int, Callable[[Backend], list[str]]] = {0: _step_0, 1: _step_1}
+
+
+def migrate(backend: Backend) -> list[str]:
+    """Create or bring the schema up to this mq's version; what was done, one line each.
+
+    Idempotent: on a current, intact schema it does nothing and returns [].
+    """
+    shape = backend.table_shape()
+    if shape is None:
+        for statement in backend.ddl():
+            backend.run_schema_statement(statement)
+        backend.run_schema("set_version", (str(SCHEMA_VERSION),))
+        return [f"created table {backend.table} (schema version {SCHEMA_VERSION})"]
+    version = backend.schema_version() or 0
+    if version > SCHEMA_VERSION:
+        raise SchemaMismatch(
+            f"schema version {version} is newer than this mq ({SCHEMA_VERSION}): upgrade mq; "
+            "`mq init` never downgrades a table"
+        )
+    done: list[str] = []
+    backend.run_schema("create_meta")
+    for step in range(version, SCHEMA_VERSION):
+        done += [f"migrated {step} -> {step + 1}: {line}" for line in STEPS[step](backend)]
+    done += _repair(backend, backend.table_shape() or shape)
+    if version != SCHEMA_VERSION:
+        backend.run_schema("set_version", (str(SCHEMA_VERSION),))
+    return done
+
+
+def _repair(backend: Backend, shape: Shape) -> list[str]:
+    """Restore lost columns and indexes (data in a lost column is gone: defaults fill it)."""
+    lost = [c for c in IRREPLACEABLE if c not in shape.columns]
+    if lost:
+        raise DatabaseError(
+            f"table {backend.table} has lost column(s) {', '.join(lost)}: {_repair_hint(lost[0])}"
+        )
+    done = []
+    for column in COLUMNS + backend.extra_columns:
+        if column not in shape.columns:
+            backend.run_schema(f"add_column_{column}")
+            done.append(f"restored column {column} (its rows get the default)")
+    for name, what in (("_claim", "add_claim_index"), ("_unique", "add_unique_index")):
+        if backend.table + name not in shape.indexes:
+            try:
+                backend.run_schema(what)
+            except DatabaseError as exc:
+                raise DatabaseError(
+                    f"cannot restore index {backend.table}{name}: {exc}\n"
+                    "(duplicate unique keys stored while it was missing? delete the extra "
+                    "messages, then run `mq init` again)"
+                ) from exc
+            done.append(f"restored index {backend.table}{name}")
+    return done
