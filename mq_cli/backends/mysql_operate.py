@@ -48,6 +48,9 @@ class MysqlOperate(Backend):
         def _errors(self) -> AbstractContextManager[None]: ...
 
         @abstractmethod
+        def _begin(self) -> None: ...
+
+        @abstractmethod
         def _transaction(self, body: Callable[[Any], T]) -> T: ...
 
         @abstractmethod
@@ -83,7 +86,7 @@ class MysqlOperate(Backend):
 
     def probe_write(self) -> None:
         with self._errors():
-            self.conn.begin()
+            self._begin()
             try:
                 with self.conn.cursor() as cursor:
                     cursor.execute(self._sql["probe_write"])

@@ -38,10 +38,22 @@ CREATE TABLE IF NOT EXISTS `{table}_meta` (
 -- name: schema_version
 SELECT value FROM `{table}_meta` WHERE name = 'schema_version'
 
+-- name: session_settings
+-- A handler may run for its whole timeout between two statements of a drain:
+-- a short server wait_timeout would drop the idle connection each time (and
+-- log a reconnect that cron mails). 8 h, the usual default, unless longer.
+SET SESSION wait_timeout = GREATEST(@@session.wait_timeout, 28800)
+
 -- name: server_info
 -- @@wsrep_on exists on MariaDB (a Galera node when ON), not on MySQL.
 SELECT VERSION(), @@max_allowed_packet, @@auto_increment_increment, @@innodb_autoinc_lock_mode,
        @@wsrep_on
+
+-- name: session_settings
+-- A handler may run for its whole timeout between two statements of a drain:
+-- a short server wait_timeout would drop the idle connection each time (and
+-- log a reconnect that cron mails). 8 h, the usual default, unless longer.
+SET SESSION wait_timeout = GREATEST(@@session.wait_timeout, 28800)
 
 -- name: server_info_mysql
 SELECT VERSION(), @@max_allowed_packet, @@auto_increment_increment, @@innodb_autoinc_lock_mode, 0
