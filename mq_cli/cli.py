@@ -235,7 +235,10 @@ def init(state: State, print_sql: bool) -> None:
     "-0", "--null", is_flag=True, help="Read stdin: NUL-separated messages (find -print0)."
 )
 @click.option(
-    "--delay", callback=_duration, metavar="DURATION", help="Ready only after this (30s, 5m, 1h)."
+    "--delay",
+    callback=_duration,
+    metavar="DURATION",
+    help="Ready only after this (30s, 5m, 1h, 1h30m).",
 )
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
 @click.option(

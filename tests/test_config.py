@@ -182,6 +182,9 @@ def test_inherited_format_decides_what_enqueue_accepts(tmp_path: Path):
         ("2d", 172800.0),
         ("1.5h", 5400.0),
         ("'90'", 90.0),
+        ("1h30m", 5400.0),  # what `mq list` prints ("available in 1h29m") can be given back
+        ("2d04h", 187200.0),
+        ("1m30s", 90.0),
     ],
 )
 def test_durations(tmp_path: Path, written: str, seconds: float):
@@ -192,7 +195,7 @@ def test_durations(tmp_path: Path, written: str, seconds: float):
 
 @pytest.mark.parametrize(
     "written",
-    ["5x", "-5", "-1s", "abc", "''", "1h30m", "5 minutes", "true", "[1]", "{a: 1}", ".nan",
+    ["5x", "-5", "-1s", "abc", "''", "30m1h", "1h1h", "5 minutes", "true", "[1]", "{a: 1}", ".nan",
      ".inf", "99999999999999999999d", "1e400", "36501d"],
 )  # fmt: skip
 def test_bad_durations_name_key_and_line(tmp_path: Path, written: str):

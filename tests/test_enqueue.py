@@ -232,7 +232,7 @@ def test_delay_stores_a_future_available_at_and_counts_as_delayed(db):
     assert stats["q"]["oldest_ready_seconds"] is None
 
 
-@pytest.mark.parametrize("delay", ["5x", "-1", "1h30m", "soon", "36501d"])
+@pytest.mark.parametrize("delay", ["5x", "-1", "30m1h", "soon", "36501d"])
 def test_bad_delay_is_exit_2(db, delay: str):
     result = db.run("enqueue", "-q", "q", "--delay", delay, "{}")
     assert result.exit_code == 2, result.output
@@ -396,3 +396,15 @@ def test_several_big_payloads_are_split_across_statements(mariadb, tmp_path: Pat
     assert result.exit_code == 0, result.output
     ids = ids_of(result)
     assert stored(mariadb, "blobs") == list(zip(ids, items, strict=True))
+
+
+def test_a_compound_delay_as_mq_prints_it(db):
+    # `mq list` shows "available in 1h29m": the same form is accepted back.
+    result = db.run("enqueue", "-q", "q", "--delay", "1h30m", "{}")
+    assert result.exit_code == 0, result.output
+    shown = json.loads(db.run("show", result.stdout.strip(), "--json").stdout)
+    created, available = (
+        datetime.fromisoformat(shown[key].replace("Z", "+00:00"))
+        for key in ("created_at", "available_at")
+    )
+    assert (available - created).total_seconds() == pytest.approx(5400, abs=1)
