@@ -295,11 +295,13 @@ class MQ:
         queue: str,
         status: str | None = None,
         on_progress: Callable[[int], None] | None = None,
+        force: bool = False,
     ) -> int:
-        """Delete all of a queue's messages (of one status), in bounded batches; how many."""
+        """Delete a queue's messages (of one status), in bounded batches; how many.
+        `processing` ones (maybe running now) only with ``force``."""
         from . import operate
 
-        return operate.purge(self.backend, queue, status, on_progress)
+        return operate.purge(self.backend, queue, status, on_progress, force=force)
 
 
 def _stored_note(count: int) -> str:

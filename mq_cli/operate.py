@@ -308,23 +308,32 @@ def purge(
     queue: str,
     status: str | None = None,
     on_progress: Callable[[int], None] | None = None,
+    force: bool = False,
 ) -> int:
     """Delete a queue's messages (of one status), in bounded batches; how many.
 
     Only what exists when it starts: messages enqueued meanwhile stay. With no
     status the queue's unique-key tombstones go too (not counted: not messages).
+    `processing` messages may be running in a drain right now: they are kept
+    unless ``force`` (as `mq delete` refuses them without --force).
     """
     validate_queue_name(queue)
     if status is not None and status not in STATUSES:
         raise ConfigError(f"status must be one of {', '.join(STATUSES)}, not {status!r}")
+    if status == "processing" and not force:
+        raise ConfigError(
+            "purge --status processing deletes messages drains may be running now: add "
+            "--force (for messages of dead drains: mq gc --stalled --delete)"
+        )
     last = backend.last_id(queue)
     if last is None:
         return 0
     deleted = 0
-    while count := backend.purge(queue, status, last, OPERATE_BATCH):
-        deleted += count
-        if on_progress is not None:
-            on_progress(count)
+    for chosen in [status] if status is not None or force else ["ready", "failed"]:
+        while count := backend.purge(queue, chosen, last, OPERATE_BATCH):
+            deleted += count
+            if on_progress is not None:
+                on_progress(count)
     if status is None:
         while backend.purge(queue, "done", last, OPERATE_BATCH):
             pass

@@ -336,3 +336,12 @@ def test_every_error_is_an_mq_error():
                   mq_cli.PayloadTooLarge, mq_cli.HandlerNotFound):  # fmt: skip
         assert issubclass(error, MqError)
     assert (ConfigError.exit_code, InputRejected.exit_code, SchemaMissing.exit_code) == (2, 1, 3)
+
+
+def test_every_documented_error_is_exported():
+    import mq_cli
+
+    for name in ("MqError", "ConfigError", "InputRejected", "PayloadTooLarge", "NotFound",
+                 "DatabaseError", "SchemaMissing", "HandlerNotFound"):  # fmt: skip
+        assert issubclass(getattr(mq_cli, name), mq_cli.MqError), name
+        assert name in mq_cli.__all__

@@ -261,10 +261,36 @@ def test_purge_deletes_the_whole_queue_with_its_tombstones(db):
     fail(db, "jobs", 1)
     tombstone(db, "jobs")
     (other,) = enqueue(db, "other", b'"keep"')
-    result = db.run("purge", "-q", "jobs", "--yes")
+    result = db.run("purge", "-q", "jobs", "--yes", "--force")
     assert result.exit_code == 0, result.output
     assert "deleted 3 message(s) from queue jobs" in result.stdout
     assert [r[0] for r in rows(db)] == [other]
+
+
+def test_purge_keeps_what_a_drain_may_be_running_unless_forced(db):
+    enqueue(db, "jobs", b'"a"', b'"b"', b'"c"')
+    (held,) = claim(db, "jobs", 1)
+    result = db.run("purge", "-q", "jobs", "--yes")
+    assert result.exit_code == 0, result.output
+    assert "deleted 2 message(s) from queue jobs" in result.stdout
+    assert "kept 1 processing message(s)" in result.stdout and "--force" in result.stdout
+    assert [(r[0], r[1]) for r in rows(db)] == [(held, "processing")]
+    refused = db.run("purge", "-q", "jobs", "--status", "processing", "--yes")
+    assert refused.exit_code == 2
+    assert "--force" in refused.stderr and "gc --stalled --delete" in refused.stderr
+    assert len(rows(db)) == 1
+    forced = db.run("purge", "-q", "jobs", "--status", "processing", "--yes", "--force")
+    assert forced.exit_code == 0, forced.output
+    assert rows(db) == []
+
+
+def test_purge_of_an_unknown_empty_queue_says_so(db):
+    enqueue(db, "jobs", b'"a"')
+    result = db.run("purge", "-q", "jbos", "--yes")
+    assert result.exit_code == 0, result.output
+    assert "queue jbos holds no messages and is not in the config" in result.stderr
+    assert "jobs" in result.stderr
+    assert len(rows(db)) == 1
 
 
 def test_purge_one_status(db):
