@@ -184,7 +184,7 @@ class MQ:
                     queue, batch, delay=delay, priority=priority, unique_key=unique_key
                 )
                 stored += len(batch)
-            raise type(exc)(f"{exc}\n{_stored_note(stored)}; nothing from there on") from None
+            raise type(exc)(f"{exc}\n{_stored_note(stored)}") from None
         if batch:
             yield backend.enqueue(
                 queue, batch, delay=delay, priority=priority, unique_key=unique_key
@@ -307,7 +307,10 @@ class MQ:
 def _stored_note(count: int) -> str:
     if count == 0:
         return "nothing was stored"
-    return f"the {count} message(s) before it were stored (their ids are printed)"
+    return (
+        f"the {count} message(s) before it were stored (their ids are printed); "
+        "it and everything after it were not"
+    )
 
 
 def connect(config: str | None = None, database: str | None = None) -> MQ:
