@@ -8,14 +8,18 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from . import SCHEMA_VERSION, __version__
 from .durations import format_duration, parse_duration
 from .errors import MqError
+
+if TYPE_CHECKING:
+    from .drain_types import DrainReport
 
 
 class _Log:
@@ -386,25 +390,60 @@ def drain(
     from .drain_types import DrainOptions
 
     log.get()  # the drain logs as it goes (mq_cli.drain): set the level and format first
-    report = state.mq.drain(
-        DrainOptions(
-            queues=list(queues),
-            handler=handler,
-            max_messages=max_messages,
-            max_seconds=max_seconds,
-            batch_size=batch_size,
-            concurrency=concurrency,
-            wait=wait,
+    # At a terminal (not under cron, not in a pipe) a person watches: a running
+    # count, and a summary at the end. The log lines of -v are enough there.
+    watched = sys.stderr.isatty() and not as_json and not state.verbose
+    counter = DrainCounter() if watched else None
+    try:
+        report = state.mq.drain(
+            DrainOptions(
+                queues=list(queues),
+                handler=handler,
+                max_messages=max_messages,
+                max_seconds=max_seconds,
+                batch_size=batch_size,
+                concurrency=concurrency,
+                wait=wait,
+                progress=counter.show if counter else None,
+            )
         )
+    finally:
+        if counter is not None:
+            counter.close()
+    summary = (
+        f"drained {report.succeeded + report.failed} message(s): {report.succeeded} succeeded, "
+        f"{report.failed} failed, {report.returned} returned in {report.seconds:.1f}s"
     )
     if as_json:
         click.echo(json.dumps(report.to_json()))
+    elif watched:
+        busy = f" (all slots busy: {', '.join(report.busy)})" if report.busy else ""
+        click.echo(f"{summary}{busy}", err=True)
     else:
-        log.info(
-            "drained %d message(s): %d succeeded, %d failed, %d returned in %.1fs",
-            report.succeeded + report.failed, report.succeeded, report.failed,
-            report.returned, report.seconds,
-        )  # fmt: skip
+        log.info("%s", summary)
+
+
+class DrainCounter:
+    """The running count of a drain at a terminal, redrawn at most 10 times a second."""
+
+    def __init__(self) -> None:
+        self.shown = 0.0
+        self.drawn = False
+
+    def show(self, report: DrainReport) -> None:
+        now = time.monotonic()
+        if now - self.shown >= 0.1:
+            self.shown = now
+            self.drawn = True
+            # The cursor goes back to the start: a log line (a failure) then
+            # overwrites the count instead of running on after it.
+            sys.stderr.write(f"draining: {report.succeeded} succeeded, {report.failed} failed\r")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.drawn:
+            sys.stderr.write("\033[K")  # the summary line takes its place
+            sys.stderr.flush()
 
 
 # -- stats ------------------------------------------------------------------

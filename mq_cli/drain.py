@@ -316,6 +316,8 @@ class Drain:
                 self.done.append(message)
             else:
                 self._acknowledge(queue, message, outcome)
+            if self.options.progress is not None:
+                self.options.progress(self.report)
             tick()
 
     @staticmethod

@@ -39,6 +39,48 @@ def test_enqueue_shows_progress_on_a_terminal_only(sqlite_db):
     assert piped.returncode == 0 and piped.stderr == b""
 
 
+def _stderr_on_a_terminal(db, *args: str) -> tuple[int, bytes]:
+    master, slave = pty.openpty()
+    try:
+        # Popen and read as it runs: a terminal's buffer is small, and a process
+        # writing more than it holds would wait for a reader.
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mq_cli", *args], stdin=subprocess.DEVNULL, stderr=slave,
+            stdout=subprocess.DEVNULL, env=db.env(), cwd=db.tmp,
+        )  # fmt: skip
+        os.close(slave)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+        proc.wait(timeout=120)
+    finally:
+        os.close(master)
+    return proc.returncode, seen
+
+
+def test_drain_shows_a_count_and_a_summary_on_a_terminal_only(sqlite_db, monkeypatch):
+    monkeypatch.setenv("MQ_TEST_LOG", str(sqlite_db.tmp / "ran.jsonl"))
+    payloads = [f'{{"n": {i}}}' for i in range(300)] + ['{"fail": true}']
+    assert sqlite_db.run("enqueue", "-q", "jobs", *payloads).exit_code == 0
+    code, seen = _stderr_on_a_terminal(
+        sqlite_db, "drain", "-q", "jobs", "--handler", "tests.jobs:fail_when_asked"
+    )
+    assert code == 0, seen
+    assert b"drained 301 message(s): 300 succeeded, 1 failed, 0 returned in" in seen
+    assert b"failed (attempt 1 of" in seen  # the failure's own line, as under cron
+    # cron and pipes: no count, no summary (silent on success)
+    assert sqlite_db.run("enqueue", "-q", "jobs", '{"n": 1}').exit_code == 0
+    piped = sqlite_db.spawn("drain", "-q", "jobs", "--handler", "tests.jobs:fail_when_asked")
+    out, err = piped.communicate(timeout=60)
+    assert piped.returncode == 0 and out == b"" and err == b""
+
+
 def test_bash_completion_script():
     env = dict(os.environ, _MQ_COMPLETE="bash_source")
     result = subprocess.run(
