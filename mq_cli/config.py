@@ -43,6 +43,7 @@ class QueueConfig:
     unique_retention: float = 0.0
     requeue_stalled: bool = False  # `mq drain` requeues the queue's stalled messages first
     group_ack: bool = False  # delete a batch's successes in one statement (see README)
+    quiet_retries: bool = False  # a failure that will be retried is logged only with -v
     on_stalled: str | None = None  # callback for `mq gc --stalled --notify`
     on_failed: str | None = None  # callback for `mq gc --errors --notify`
 
@@ -102,6 +103,7 @@ QUEUE_KEYS: dict[str, Any] = {
     "unique_retention": parse_duration,
     "requeue_stalled": _bool,
     "group_ack": _bool,
+    "quiet_retries": _bool,
     "on_stalled": _handler,
     "on_failed": _handler,
 }

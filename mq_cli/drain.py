@@ -376,7 +376,10 @@ class Drain:
                         queue.name, message.id, attempts, first_line,
                     )  # fmt: skip
                 else:
-                    log.error(
+                    # quiet_retries: cron (which mails what is logged) hears only of
+                    # messages that failed for good; -v still shows each attempt.
+                    log.log(
+                        logging.INFO if queue.quiet_retries else logging.ERROR,
                         "queue %s: message %d failed (attempt %d of %d, retry in %s): %s",
                         queue.name, message.id, attempts, queue.max_errors,
                         _seconds(retry_in), first_line,

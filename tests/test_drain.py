@@ -311,3 +311,23 @@ def test_an_empty_queue_starts_no_worker(db):
     # would fail in a worker, so exit 0 shows none was started.
     result = db.run("drain", "-q", "jobs", "--handler", "tests.handlers:BreaksOnBuild")
     assert result.exit_code == 0, result.output
+
+
+def test_quiet_retries_log_only_failures_for_good(db, ran, tmp_path):
+    config(
+        tmp_path,
+        "queues:\n  q:\n    handler: 'tests.jobs:fail_when_asked'\n    max_errors: 3\n"
+        "    retry_delay: 1s\n    quiet_retries: true\n",
+    )
+    enqueue(db, "q", '{"fail": true, "n": 1}')
+    first = db.run("drain", "-q", "q")
+    assert first.exit_code == 0, first.output
+    assert first.stderr == ""  # to be retried: nothing for cron to mail
+    assert rows(db, "q")[0][1:3] == ("ready", 1)
+    time.sleep(1.2)
+    shown = db.run("-v", "drain", "-q", "q")
+    assert "failed (attempt 2 of 3" in shown.stderr  # -v still shows each attempt
+    time.sleep(2.2)
+    last = db.run("drain", "-q", "q")
+    assert "failed for good after 3 attempt(s)" in last.stderr
+    assert rows(db, "q")[0][1:3] == ("failed", 3)
