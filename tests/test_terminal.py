@@ -8,46 +8,19 @@ import subprocess
 import sys
 
 
-def test_enqueue_shows_progress_on_a_terminal_only(sqlite_db):
-    lines = "".join(f'{{"n": {i}}}\n' for i in range(2500)).encode()
-    master, slave = pty.openpty()
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "mq_cli", "enqueue", "-q", "bulk", "--lines", "--silent"],
-            input=lines, stderr=slave, stdout=subprocess.DEVNULL,
-            env=sqlite_db.env(), cwd=sqlite_db.tmp, timeout=60,
-        )  # fmt: skip
-        os.close(slave)
-        seen = b""
-        while True:
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen += chunk
-    finally:
-        os.close(master)
-    assert proc.returncode == 0
-    assert b"enqueued to bulk: 2500" in seen
-    # not a terminal (cron, pipes): nothing on stderr
-    piped = subprocess.run(
-        [sys.executable, "-m", "mq_cli", "enqueue", "-q", "bulk", "--lines", "--silent"],
-        input=lines, capture_output=True, env=sqlite_db.env(), cwd=sqlite_db.tmp, timeout=60,
-    )  # fmt: skip
-    assert piped.returncode == 0 and piped.stderr == b""
-
-
-def _stderr_on_a_terminal(db, *args: str) -> tuple[int, bytes]:
+def _stderr_on_a_terminal(db, *args: str, input: bytes = b"") -> tuple[int, bytes]:
+    """Run `python -m mq_cli ARGS` with stderr on a terminal: (exit code, what it showed)."""
+    stdin = db.tmp / "stdin"
+    stdin.write_bytes(input)
     master, slave = pty.openpty()
     try:
         # Popen and read as it runs: a terminal's buffer is small, and a process
         # writing more than it holds would wait for a reader.
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "mq_cli", *args], stdin=subprocess.DEVNULL, stderr=slave,
-            stdout=subprocess.DEVNULL, env=db.env(), cwd=db.tmp,
-        )  # fmt: skip
+        with stdin.open("rb") as source:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "mq_cli", *args], stdin=source, stderr=slave,
+                stdout=subprocess.DEVNULL, env=db.env(), cwd=db.tmp,
+            )  # fmt: skip
         os.close(slave)
         seen = b""
         while True:
@@ -62,6 +35,21 @@ def _stderr_on_a_terminal(db, *args: str) -> tuple[int, bytes]:
     finally:
         os.close(master)
     return proc.returncode, seen
+
+
+def test_enqueue_shows_progress_on_a_terminal_only(sqlite_db):
+    lines = "".join(f'{{"n": {i}}}\n' for i in range(2500)).encode()
+    code, seen = _stderr_on_a_terminal(
+        sqlite_db, "enqueue", "-q", "bulk", "--lines", "--silent", input=lines
+    )
+    assert code == 0
+    assert b"enqueued to bulk: 2500" in seen
+    # not a terminal (cron, pipes): nothing on stderr
+    piped = subprocess.run(
+        [sys.executable, "-m", "mq_cli", "enqueue", "-q", "bulk", "--lines", "--silent"],
+        input=lines, capture_output=True, env=sqlite_db.env(), cwd=sqlite_db.tmp, timeout=60,
+    )  # fmt: skip
+    assert piped.returncode == 0 and piped.stderr == b""
 
 
 def test_drain_shows_a_count_and_a_summary_on_a_terminal_only(sqlite_db, monkeypatch):
