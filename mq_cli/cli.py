@@ -359,6 +359,13 @@ def _print_ids(ids: list[int | None], silent: bool) -> None:
     help="Drains of a queue allowed at once on this host.",
 )
 @click.option("--wait", is_flag=True, help="When empty, keep polling until --max-seconds.")
+@click.option(
+    "--processes",
+    type=click.IntRange(0, 256),
+    metavar="N",
+    help="Run up to N drains of each queue at once, each in its own slot "
+    "(0: as many as its concurrency allows); one summary.",
+)
 @json_option
 @pass_state
 def drain(
@@ -370,6 +377,7 @@ def drain(
     batch_size: int | None,
     concurrency: int | None,
     wait: bool,
+    processes: int | None,
     as_json: bool,
 ) -> None:
     """Run the handler on ready messages; the command for crontab.
@@ -382,12 +390,25 @@ def drain(
     Silent on success (cron mails any output); failures go to stderr.
 
     \b
+    --processes N starts N such drains of each queue at once, as N crontab
+    lines would (0: one per slot of the queue's concurrency), and prints one
+    summary; its exit code is the worst of theirs.
+
+    \b
     Example (crontab):
       * * * * *  /opt/mq/bin/mq drain -q thumbnails --max-seconds 55
+      * * * * *  /opt/mq/bin/mq drain -q thumbnails --max-seconds 55 --processes 0
     Example (one-off):
       mq drain -q demo --handler 'exec:cat' --max-messages 10
     """
     from .drain_types import DrainOptions
+
+    if processes is not None:
+        _drain_processes(
+            state, queues, processes, handler, max_messages, max_seconds, batch_size,
+            concurrency, wait, as_json,
+        )  # fmt: skip
+        return
 
     log.get()  # the drain logs as it goes (mq_cli.drain): set the level and format first
     # At a terminal (not under cron, not in a pipe) a person watches: a running
@@ -421,6 +442,57 @@ def drain(
         click.echo(f"{summary}{busy}", err=True)
     else:
         log.info("%s", summary)
+
+
+def _drain_processes(
+    state: State,
+    queues: tuple[str, ...],
+    processes: int,
+    handler: str | None,
+    max_messages: int | None,
+    max_seconds: float | None,
+    batch_size: int | None,
+    concurrency: int | None,
+    wait: bool,
+    as_json: bool,
+) -> None:
+    from . import fanout
+
+    if max_messages is not None:
+        raise click.UsageError(
+            "--max-messages counts the messages of one drain: with --processes, "
+            "bound the run with --max-seconds"
+        )
+    config = state.mq.config
+    if not queues and not config.queues:
+        from .errors import ConfigError
+
+        raise ConfigError(
+            "no queue to drain: give -q QUEUE, or configure queues (see config.example.yaml)"
+        )
+    args: list[str] = []
+    for flag, value in (
+        ("--handler", handler), ("--max-seconds", max_seconds),
+        ("--batch-size", batch_size), ("--concurrency", concurrency),
+    ):  # fmt: skip
+        if value is not None:
+            args += [flag, str(value)]
+    if wait:
+        args.append("--wait")
+    children = fanout.plan(config, queues, processes, concurrency)
+    env = fanout.child_env(state.config_path, state.database_url)
+    report: DrainReport
+    report, code = fanout.run(children, args, env, state.verbose)
+    if as_json:
+        click.echo(json.dumps({**report.to_json(), "processes": len(children)}))
+    elif sys.stderr.isatty():
+        click.echo(
+            f"{len(children)} drain(s): {report.succeeded} succeeded, {report.failed} failed, "
+            f"{report.returned} returned in {report.seconds:.1f}s",
+            err=True,
+        )
+    if code:
+        click.get_current_context().exit(code)
 
 
 class DrainCounter:
