@@ -329,6 +329,7 @@ def _database_settings(raw: Any, doc: _Located) -> DatabaseSettings:
         if name not in os.environ:
             raise doc.error((*path, "password_env"), f"environment variable {name} is not set")
         changes["password"] = os.environ[name]
+        changes["password_env"] = name
     if "ssl" in raw:
         ssl = raw["ssl"]
         if ssl is False:
@@ -394,6 +395,10 @@ def load_config(config_path: str | None = None, database_url: str | None = None)
 
     if database_url:
         database = parse_database_url(database_url)
+        configured = data.get("database")
+        if isinstance(configured, dict) and isinstance(configured.get("password_env"), str):
+            # Overridden, but still a secret the operator named: keep it from handlers.
+            database = replace(database, password_env=configured["password_env"])
     elif data.get("database") is not None:
         database = _database_settings(data["database"], doc)
     else:

@@ -144,7 +144,7 @@ class Drain:
         self._db(lambda b: b.purge_tombstones(queue.name))
         if queue.requeue_stalled:
             self._requeue_stalled(queue)
-        runner = handlers.make_runner(path, queue.format)
+        runner = handlers.make_runner(path, queue.format, self.config.database.secret_env())
         self.runner = runner
         try:
             # No runner.start(): a Python handler's child starts with the first

@@ -16,9 +16,18 @@ import math
 import os
 import select
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from .handlers import ERROR_LIMIT, MessageInfo, OneAtATime, Outcome, Pacer, bounded, exec_argv
+from .handlers import (
+    ERROR_LIMIT,
+    MessageInfo,
+    OneAtATime,
+    Outcome,
+    Pacer,
+    bounded,
+    exec_argv,
+    handler_environ,
+)
 from .models import iso
 from .pyrunner import death, kill_group
 
@@ -54,8 +63,9 @@ def _error(head: str, tail: str) -> str:
 class ExecRunner(OneAtATime):
     """A Runner for ``exec:`` handlers."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, hide: Sequence[str] = ()) -> None:
         self.path = path
+        self.hide = tuple(hide)
         self._argv: list[str] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._killed = False
@@ -81,7 +91,7 @@ class ExecRunner(OneAtATime):
             self.start()
         assert self._argv is not None
         pacer = Pacer(timeout, tick, tick_every)
-        env = dict(os.environ)
+        env = handler_environ(self.hide)
         env.update(
             MQ_MESSAGE_ID=str(info.id),
             MQ_QUEUE=info.queue,

@@ -355,18 +355,31 @@ class OneAtATime:
         self._stopped = True
 
 
-def make_runner(path: str, fmt: str) -> Runner:
-    """A runner for a handler path and a queue format (json, text or bytes)."""
+def handler_environ(hide: Sequence[str] = ()) -> dict[str, str]:
+    """Our environment minus the variables in ``hide`` (the database's credentials).
+
+    A handler has no business with them, and one that prints its environment
+    (or fails with it in a traceback) would put a password into last_error.
+    """
+    env = dict(os.environ)
+    for name in hide:
+        env.pop(name, None)
+    return env
+
+
+def make_runner(path: str, fmt: str, hide: Sequence[str] = ()) -> Runner:
+    """A runner for a handler path and a queue format (json, text or bytes);
+    the handler's environment lacks the variables in ``hide``."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
     if is_exec(path):
         from .execrunner import ExecRunner
 
-        return ExecRunner(path)
+        return ExecRunner(path, hide)
     _split_path(path)
     from .pyrunner import PythonRunner
 
-    return PythonRunner(path, fmt)
+    return PythonRunner(path, fmt, hide)
 
 
 class Pacer:

@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable, Generator, Sequence
 
 from .errors import HandlerNotFound
-from .handlers import NOT_STARTED, Job, MessageInfo, Outcome, Pacer, bounded
+from .handlers import NOT_STARTED, Job, MessageInfo, Outcome, Pacer, bounded, handler_environ
 from .worker import (
     FAILED,
     REPLY,
@@ -77,7 +77,7 @@ def _above_stdio(fd: int) -> int:
     return high
 
 
-def _child_env() -> dict[str, str]:
+def _child_env(hide: Sequence[str]) -> dict[str, str]:
     # The child must import what we import: a test's sys.path, a cron job's
     # venv started by absolute path, modules next to the config. Handing our
     # sys.path over (in our order) makes both interpreters agree.
@@ -86,7 +86,7 @@ def _child_env() -> dict[str, str]:
     seen: dict[str, None] = {cwd: None}
     for entry in sys.path:
         seen.setdefault(entry or cwd, None)
-    env = dict(os.environ)
+    env = handler_environ(hide)
     env["PYTHONPATH"] = os.pathsep.join(seen)
     return env
 
@@ -107,9 +107,10 @@ def _always(index: int) -> bool:
 class PythonRunner:
     """A Runner for ``package.module:callable`` handlers."""
 
-    def __init__(self, path: str, fmt: str) -> None:
+    def __init__(self, path: str, fmt: str, hide: Sequence[str] = ()) -> None:
         self.path = path
         self.fmt = fmt
+        self.hide = tuple(hide)
         self._proc: subprocess.Popen[bytes] | None = None
         self._rfd = -1  # replies from the child
         self._wfd = -1  # messages to the child (non-blocking)
@@ -375,7 +376,7 @@ class PythonRunner:
                 + [str(fd) for fd in theirs],
                 stdin=subprocess.DEVNULL,
                 pass_fds=theirs,
-                env=_child_env(),
+                env=_child_env(self.hide),
                 # Its own process group, so a timeout also kills what the
                 # handler started, and a Ctrl-C in a terminal reaches only
                 # the drain, which decides.
