@@ -9,6 +9,11 @@ Messages are sent ahead (up to WINDOW of them): the child starts the next
 one as soon as the last one ends, while the drain records the last result
 in the database, so the pipe round trip costs no throughput. What was sent
 but has not started can be taken back (a stop, a message no longer held).
+
+What the handler prints (stdout and stderr) comes back on a pipe of its own
+and goes to the drain's stderr, cut to its end after each message as an
+``exec:`` handler's output is: never onto the drain's stdout, which belongs to
+``mq drain --json``, and never gigabytes into a cron mail.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from collections.abc import Callable, Generator, Sequence
 
 from .errors import HandlerNotFound
 from .handlers import NOT_STARTED, Job, MessageInfo, Outcome, Pacer, bounded, handler_environ
+from .output import Tail
 from .worker import (
     FAILED,
     REPLY,
@@ -115,6 +121,8 @@ class PythonRunner:
         self._rfd = -1  # replies from the child
         self._wfd = -1  # messages to the child (non-blocking)
         self._cfd = -1  # take-backs to the child (non-blocking)
+        self._ofd = -1  # what the handler prints (non-blocking)
+        self._output = Tail()
         self._out = bytearray()  # frames not yet written to _wfd
         self._buffer = FrameBuffer()
         self._poller = select.poll()
@@ -227,6 +235,7 @@ class PythonRunner:
                 head = sent[0]
                 deadline = max(ended, head.sent_at) + timeout if timeout else None
                 frame = self._next_reply(pacer, deadline, timeout, take_back_unwanted)
+                self._pass_output_on()
                 reply = frame if isinstance(frame, Outcome) else self._reply(frame, head.number)
                 if isinstance(reply, Outcome):  # the child is gone: nothing else started
                     sent.popleft()
@@ -358,6 +367,8 @@ class PythonRunner:
                     if not chunk:
                         return self._died()
                     buffer.feed(chunk)
+                elif fd == self._ofd:
+                    self._read_output()
                 elif event & select.POLLOUT:
                     self._flush()
                 else:  # POLLERR: the child closed its end (died)
@@ -369,12 +380,15 @@ class PythonRunner:
         p2c_r, p2c_w = map(_above_stdio, os.pipe())
         c2p_r, c2p_w = map(_above_stdio, os.pipe())
         ctl_r, ctl_w = map(_above_stdio, os.pipe())
+        out_r, out_w = map(_above_stdio, os.pipe())
         theirs = (p2c_r, c2p_w, ctl_r)
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "mq_cli.worker", self.path, self.fmt]
                 + [str(fd) for fd in theirs],
                 stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=out_w,
                 pass_fds=theirs,
                 env=_child_env(self.hide),
                 # Its own process group, so a timeout also kills what the
@@ -383,21 +397,24 @@ class PythonRunner:
                 start_new_session=True,
             )
         except BaseException:
-            for fd in (p2c_w, c2p_r, ctl_w):
+            for fd in (p2c_w, c2p_r, ctl_w, out_r):
                 os.close(fd)
             raise
         finally:
-            for fd in theirs:
+            for fd in (*theirs, out_w):
                 os.close(fd)
         os.set_blocking(p2c_w, False)
         os.set_blocking(ctl_w, False)
+        os.set_blocking(out_r, False)
         self._proc, self._wfd, self._rfd, self._cfd = proc, p2c_w, c2p_r, ctl_w
+        self._ofd = out_r
         self._buffer = FrameBuffer()
         self._out = bytearray()
         self._number = self._taken = 0
         self._poller = select.poll()
         self._poller.register(c2p_r, select.POLLIN)
         self._poller.register(p2c_w, 0)
+        self._poller.register(out_r, select.POLLIN)
         self._killed = False
         frame = self._next_reply(pacer, deadline, timeout, _nothing)
         if isinstance(frame, Outcome):
@@ -434,10 +451,28 @@ class PythonRunner:
         proc.wait()
         self._forget()
 
+    def _read_output(self) -> None:
+        """Take in what the handler printed so far (its pipe never blocks us)."""
+        try:
+            while chunk := os.read(self._ofd, READ_CHUNK):
+                self._output.add(chunk)
+        except BlockingIOError:
+            return
+        # EOF: the child and all it started closed it; nothing more will come.
+        self._poller.unregister(self._ofd)
+        os.close(self._ofd)
+        self._ofd = -1
+
+    def _pass_output_on(self) -> None:
+        if self._ofd >= 0:
+            self._read_output()
+        self._output.to_stderr()
+
     def _forget(self) -> None:
+        self._pass_output_on()
         # _cfd first: a signal handler (stop) may write to it at any moment.
-        fds = (self._cfd, self._rfd, self._wfd)
-        self._cfd = self._rfd = self._wfd = -1
+        fds = (self._cfd, self._rfd, self._wfd, self._ofd)
+        self._cfd = self._rfd = self._wfd = self._ofd = -1
         for fd in fds:
             if fd >= 0:
                 os.close(fd)

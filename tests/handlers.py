@@ -77,6 +77,12 @@ def prints(payload: object) -> None:
     print("and from its stderr", file=sys.stderr)
 
 
+def prints_a_lot(payload: dict) -> None:
+    """Prints payload["size"] bytes, then a last line."""
+    sys.stdout.write("x" * payload["size"] + "\n")
+    print("the last words")
+
+
 def my_pid(payload: dict) -> None:
     _append(payload["file"], os.getpid())
 

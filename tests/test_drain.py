@@ -311,3 +311,17 @@ def test_an_empty_queue_starts_no_worker(db):
     # would fail in a worker, so exit 0 shows none was started.
     result = db.run("drain", "-q", "jobs", "--handler", "tests.handlers:BreaksOnBuild")
     assert result.exit_code == 0, result.output
+
+
+def test_handler_prints_never_reach_the_json_summary(db, tmp_path):
+    """A real `mq drain --json` process: stdout is the summary alone, whatever the
+    handler prints; the end of its output goes to stderr."""
+    payload = json.dumps({"size": 3_000_000})
+    assert db.run("enqueue", "-q", "p", payload, payload).exit_code == 0
+    proc = db.spawn("drain", "-q", "p", "--handler", "tests.handlers:prints_a_lot", "--json")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    summary = json.loads(out)
+    assert summary["succeeded"] == 2
+    assert err.decode().count("the last words") == 2
+    assert len(err) < 100_000

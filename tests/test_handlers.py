@@ -187,13 +187,26 @@ def test_module_in_the_working_directory(make, tmp_path):
     assert out.read_text() == "done"
 
 
-def test_handler_output_reaches_our_stdout_and_stderr(make, capfd):
+def test_handler_output_reaches_our_stderr_not_our_stdout(make, capfd):
+    # Our stdout belongs to `mq drain --json`; a handler's prints are a log.
     runner = make("tests.handlers:prints")
     assert run(runner).ok
     assert run(runner).ok  # the protocol survived the prints
     captured = capfd.readouterr()
-    assert captured.out.count("hello from a handler") == 2
-    assert "and from its stderr" in captured.err
+    assert captured.out == ""
+    assert captured.err.count("hello from a handler") == 2
+    assert captured.err.count("and from its stderr") == 2
+
+
+def test_a_handler_printing_megabytes_passes_on_only_its_end(make, capfd):
+    runner = make("tests.handlers:prints_a_lot")
+    assert run(runner, {"size": 5_000_000}).ok
+    assert run(runner, {"size": 10}).ok
+    captured = capfd.readouterr()
+    assert captured.out == ""
+    assert len(captured.err) < 40_000
+    assert captured.err.count("the last words") == 2
+    assert "earlier bytes left out" in captured.err
 
 
 def test_async_handler_is_awaited(make, tmp_path):
