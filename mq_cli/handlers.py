@@ -111,11 +111,12 @@ def _split_path(path: str) -> tuple[str, list[str]]:
 
 def _cwd_importable() -> None:
     # `mq` runs as a console script, so sys.path[0] is the venv's bin directory,
-    # not where cron or the operator started it; `python -m` (the worker) puts
-    # the cwd first. Do the same here so `mq check` and the worker agree.
+    # not where cron or the operator started it. Handlers there must import, but
+    # last: a directory others can write must not shadow the standard library or
+    # mq itself (the worker puts it last too, so `mq check` and the drain agree).
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
+        sys.path.append(cwd)
 
 
 def _import(module_name: str, path: str) -> object:

@@ -83,18 +83,28 @@ def _above_stdio(fd: int) -> int:
     return high
 
 
-def _child_env(hide: Sequence[str]) -> dict[str, str]:
-    # The child must import what we import: a test's sys.path, a cron job's
-    # venv started by absolute path, modules next to the config. Handing our
-    # sys.path over (in our order) makes both interpreters agree.
-    # The cwd comes first, as `python -m` would put it, even under PYTHONSAFEPATH.
+def _child_path() -> list[str]:
+    """The worker's sys.path: ours (a test's, a cron job's venv started by absolute
+    path), with the current directory last.
+
+    Handlers next to where mq runs stay importable, but a `json.py` planted in a
+    directory others can write must not shadow the standard library, site-packages
+    or mq itself, as it would first on the path (where `python -m` puts it).
+    """
     cwd = os.getcwd()
-    seen: dict[str, None] = {cwd: None}
-    for entry in sys.path:
-        seen.setdefault(entry or cwd, None)
-    env = handler_environ(hide)
-    env["PYTHONPATH"] = os.pathsep.join(seen)
-    return env
+    entries = [entry for entry in sys.path if entry not in ("", cwd)]
+    return list(dict.fromkeys([*entries, cwd]))
+
+
+def _worker_argv(path: str, fmt: str, fds: Sequence[int]) -> list[str]:
+    # -I: nothing from the current directory, PYTHONPATH or the user site goes
+    # before the standard library; the path we hand over is set before any
+    # import of mq's (PYTHONPATH would also come before the standard library).
+    boot = (
+        f"import sys; sys.path[:] = {_child_path()!r}; "
+        "from mq_cli.worker import main; sys.exit(main(sys.argv[1:]))"
+    )
+    return [sys.executable, "-I", "-c", boot, path, fmt, *map(str, fds)]
 
 
 class _Sent:
@@ -384,13 +394,12 @@ class PythonRunner:
         theirs = (p2c_r, c2p_w, ctl_r)
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "mq_cli.worker", self.path, self.fmt]
-                + [str(fd) for fd in theirs],
+                _worker_argv(self.path, self.fmt, theirs),
                 stdin=subprocess.DEVNULL,
                 stdout=out_w,
                 stderr=out_w,
                 pass_fds=theirs,
-                env=_child_env(self.hide),
+                env=handler_environ(self.hide),
                 # Its own process group, so a timeout also kills what the
                 # handler started, and a Ctrl-C in a terminal reaches only
                 # the drain, which decides.

@@ -501,3 +501,32 @@ def test_the_password_env_variable_of_a_used_mapping_is_hidden_too(fault_mysql, 
     assert code == 0, text
     (error,) = db.sql("SELECT last_error FROM mq_messages")[0]
     assert "PATH=" in error and "MQ_TEST_SECRET_PW" not in error
+
+
+# -- the current directory of a drain ---------------------------------------------------------
+
+
+def test_a_drain_in_a_writable_directory_runs_no_planted_module(db, tmp_path):
+    """`json.py` (and friends) planted where a drain runs must not shadow the standard
+    library in mq or its worker; a handler module there still imports."""
+    marker = tmp_path / "planted-ran"
+    for name in ("json", "struct", "select", "inspect", "traceback"):
+        (tmp_path / f"{name}.py").write_text(
+            f"open({str(marker)!r}, 'a').write({name!r} + '\\n')\n"
+        )
+    out = tmp_path / "ran"
+    (tmp_path / "cwdjob.py").write_text(
+        f"def handle(payload):\n    open({str(out)!r}, 'a').write('ran\\n')\n"
+    )
+    assert db.run("enqueue", "-q", "q", "{}").exit_code == 0
+    mq = Path(sys.executable).with_name("mq")  # the console script, as cron runs it
+    assert mq.exists(), mq
+    env = db.env()
+    env.pop("PYTHONPATH")  # the installed mq, as in production
+    for args in (["check"], ["drain", "-q", "q", "--handler", "cwdjob:handle"]):
+        proc = subprocess.run(
+            [str(mq), *args], cwd=tmp_path, env=env, capture_output=True, timeout=60
+        )
+        assert proc.returncode in (0, 1), proc.stderr
+    assert not marker.exists(), marker.read_text()
+    assert out.read_text() == "ran\n"
