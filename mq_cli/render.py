@@ -193,10 +193,10 @@ def payload_view(payload: bytes) -> tuple[str, str]:
     if _CONTROL.search(text):  # would garble or drive the terminal
         return "binary, hex dump", hexdump(payload)
     try:
-        value = json.loads(text)
-    except ValueError:
+        pretty = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except (ValueError, RecursionError):  # too deep to parse or indent: shown as it is
         return "text", text
-    return "JSON", json.dumps(value, indent=2, ensure_ascii=False)
+    return "JSON", pretty
 
 
 def hexdump(data: bytes, limit: int = HEXDUMP_LIMIT) -> str:

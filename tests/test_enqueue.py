@@ -147,6 +147,24 @@ def test_invalid_json_on_line_n(db):
     assert stored(db) == [(ids[0], b'{"n": 1}'), (ids[1], b'{"n": 2}')]
 
 
+@pytest.mark.parametrize("depth", [985, 100_000])
+def test_too_deeply_nested_json_is_a_rejected_line(db, depth):
+    deep = "[" * depth + "]" * depth
+    text = f'{{"n": 1}}\n{{"n": 2}}\n{deep}\n{{"n": 4}}\n'
+    result = db.run("enqueue", "-q", "q", "--lines", input=text)
+    assert result.exit_code == 1, result.output
+    assert "line 3: too deeply nested" in result.stderr
+    assert "internal error" not in result.stderr and "Traceback" not in result.output
+    ids = ids_of(result)
+    assert stored(db) == [(ids[0], b'{"n": 1}'), (ids[1], b'{"n": 2}')]
+    # one argument, and the whole of stdin, the same way
+    for args, given in ((["enqueue", "-q", "q", deep], None), (["enqueue", "-q", "q"], deep)):
+        result = db.run(*args, input=given)
+        assert result.exit_code == 1, result.output
+        assert "too deeply nested" in result.stderr
+    assert count(db) == 2
+
+
 def test_invalid_json_line_number_counts_blank_lines(db):
     result = db.run("enqueue", "-q", "q", "--lines", input='{"n": 1}\n\n\nnope\n{"n": 5}\n')
     assert result.exit_code == 1
