@@ -20,7 +20,7 @@ from contextlib import closing
 from types import FrameType
 from typing import Any
 
-from . import handlers, slots
+from . import handlers, render, slots
 from .backends.base import Backend
 from .config import Config, QueueConfig
 from .drain_types import DrainOptions, DrainReport
@@ -34,6 +34,7 @@ log = logging.getLogger("mq")
 RECONNECT_FOR = 15.0
 WAIT_POLL_MIN = 0.05
 WAIT_POLL_MAX = 1.0  # the contract: --wait polls at least once a second
+ERROR_LOG_WIDTH = 1000  # characters of a failure's last line in the drain's log
 
 
 def owner_token() -> str:
@@ -325,7 +326,7 @@ class Drain:
                 message,
             )
             if ours:
-                first_line = error.strip().splitlines()[-1] if error.strip() else error
+                first_line = render.error_line(error, ERROR_LOG_WIDTH)
                 if final:
                     log.error(
                         "queue %s: message %d failed for good after %d attempt(s): %s",
