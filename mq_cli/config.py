@@ -146,10 +146,18 @@ def validate_table_name(name: object, where: str = "table") -> str:
 
 
 def default_lock_dir() -> str:
+    """$XDG_RUNTIME_DIR/mq, else $XDG_STATE_HOME/mq/locks (~/.local/state/mq/locks).
+
+    Never in shared /tmp: there another user can create /tmp/mq-<uid> first, and
+    every drain (cron sets no XDG_RUNTIME_DIR) would refuse it and exit 2.
+    """
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isdir(runtime):
         return os.path.join(runtime, "mq")
-    return os.path.join("/tmp", f"mq-{os.getuid()}")
+    state_home = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return os.path.join(state_home, "mq", "locks")
 
 
 def find_config_file(explicit: str | None) -> str | None:

@@ -176,6 +176,9 @@ def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runtime = tmp_path / "xdg-runtime"
     runtime.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    # ... and where XDG_RUNTIME_DIR is dropped (cron's environment), in the test's
+    # own state directory, never in the developer's home.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
     monkeypatch.delenv("MQ_CONFIG", raising=False)
     monkeypatch.delenv("MQ_DATABASE_URL", raising=False)
     monkeypatch.chdir(tmp_path)
