@@ -48,6 +48,7 @@ CLOSE_GRACE = 5.0  # seconds a child gets to exit after its pipe closes, before 
 READ_CHUNK = 1 << 16
 WINDOW = 32  # messages sent ahead of the running one ...
 WINDOW_BYTES = 1 << 20  # ... holding at most this many payload bytes (but always one)
+EXIT_CHECK = 0.2  # seconds between looks at the child, where no pidfd can tell us at once
 
 
 def _nothing() -> None:
@@ -132,6 +133,7 @@ class PythonRunner:
         self._wfd = -1  # messages to the child (non-blocking)
         self._cfd = -1  # take-backs to the child (non-blocking)
         self._ofd = -1  # what the handler prints (non-blocking)
+        self._pidfd = -1  # readable once the child has exited (-1: not on this system)
         self._output = Tail()
         self._out = bytearray()  # frames not yet written to _wfd
         self._buffer = FrameBuffer()
@@ -371,12 +373,20 @@ class PythonRunner:
             wait = pacer.wait(None if deadline is None else deadline - now)
             if pacer.ticks != ticks:
                 after_tick()
+            if self._pidfd < 0:
+                wait = min(wait, EXIT_CHECK)
+            exited = False
             for fd, event in self._poller.poll(math.ceil(wait * 1000)):
                 if fd == self._rfd:
-                    chunk = os.read(self._rfd, READ_CHUNK)
+                    try:
+                        chunk = os.read(self._rfd, READ_CHUNK)
+                    except BlockingIOError:
+                        continue
                     if not chunk:
                         return self._died()
                     buffer.feed(chunk)
+                elif fd == self._pidfd:
+                    exited = True
                 elif fd == self._ofd:
                     self._read_output()
                 elif event & select.POLLOUT:
@@ -384,6 +394,15 @@ class PythonRunner:
                 else:  # POLLERR: the child closed its end (died)
                     self._out.clear()
                     self._poller.modify(self._wfd, 0)
+            if exited or (
+                self._pidfd < 0 and self._proc is not None and self._proc.poll() is not None
+            ):
+                # Its death, not the pipe's EOF, is what counts: a process the handler
+                # forked may hold the pipe open for as long as it lives. What the child
+                # wrote before it died still counts (a reply, then an exit).
+                self._read_rest()
+                if not buffer.has_frame():
+                    return self._died()
 
     def _spawn(self, pacer: Pacer, deadline: float | None, timeout: float | None) -> Outcome | None:
         """Start a child and wait for its 'ready'; an Outcome if it died or timed out."""
@@ -415,8 +434,10 @@ class PythonRunner:
         os.set_blocking(p2c_w, False)
         os.set_blocking(ctl_w, False)
         os.set_blocking(out_r, False)
+        os.set_blocking(c2p_r, False)
         self._proc, self._wfd, self._rfd, self._cfd = proc, p2c_w, c2p_r, ctl_w
         self._ofd = out_r
+        self._pidfd = _pidfd(proc.pid)
         self._buffer = FrameBuffer()
         self._out = bytearray()
         self._number = self._taken = 0
@@ -424,6 +445,8 @@ class PythonRunner:
         self._poller.register(c2p_r, select.POLLIN)
         self._poller.register(p2c_w, 0)
         self._poller.register(out_r, select.POLLIN)
+        if self._pidfd >= 0:
+            self._poller.register(self._pidfd, select.POLLIN)
         self._killed = False
         frame = self._next_reply(pacer, deadline, timeout, _nothing)
         if isinstance(frame, Outcome):
@@ -460,6 +483,17 @@ class PythonRunner:
         proc.wait()
         self._forget()
 
+    def _read_rest(self) -> None:
+        """Whatever the (dead) child wrote that we have not read yet."""
+        while True:
+            try:
+                chunk = os.read(self._rfd, READ_CHUNK)
+            except BlockingIOError:
+                return
+            if not chunk:
+                return
+            self._buffer.feed(chunk)
+
     def _read_output(self) -> None:
         """Take in what the handler printed so far (its pipe never blocks us)."""
         try:
@@ -480,8 +514,8 @@ class PythonRunner:
     def _forget(self) -> None:
         self._pass_output_on()
         # _cfd first: a signal handler (stop) may write to it at any moment.
-        fds = (self._cfd, self._rfd, self._wfd, self._ofd)
-        self._cfd = self._rfd = self._wfd = self._ofd = -1
+        fds = (self._cfd, self._rfd, self._wfd, self._ofd, self._pidfd)
+        self._cfd = self._rfd = self._wfd = self._ofd = self._pidfd = -1
         for fd in fds:
             if fd >= 0:
                 os.close(fd)
@@ -489,6 +523,17 @@ class PythonRunner:
         self._buffer = FrameBuffer()
         self._out = bytearray()
         self._number = self._taken = 0
+
+
+def _pidfd(pid: int) -> int:
+    """A descriptor that polls readable when ``pid`` exits; -1 where Linux < 5.3 has none."""
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is None:
+        return -1
+    try:
+        return int(pidfd_open(pid))
+    except OSError:
+        return -1
 
 
 def _clean(error: object) -> str | None:

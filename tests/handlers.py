@@ -165,3 +165,14 @@ def step(payload: dict) -> None:
         os._exit(payload["exit"])
     if payload.get("fail"):
         raise RuntimeError(payload["fail"] * payload.get("repeat", 1))
+
+
+def forks_and_exits(payload: dict) -> None:
+    """Leaves a child (holding every pipe the worker has) and exits the worker."""
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(payload.get("sleep", 60))
+        os._exit(0)
+    with open(payload["file"], "w") as out:
+        out.write(str(pid))
+    os._exit(7)
