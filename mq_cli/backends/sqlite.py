@@ -14,6 +14,7 @@ from ..errors import DatabaseError, SchemaMissing
 from ..models import Message, QueueStats
 from .base import SCHEMA_VERSION, load_queries, placeholders
 from .sqlite_operate import SqliteOperate
+from .sqlite_wal import WalGuard
 
 # Two writer processes on one file are served unfairly (FIELD-NOTES, trap 5): a
 # claim may wait seconds for its turn. Only a long busy timeout keeps
@@ -60,6 +61,7 @@ class SqliteBackend(SqliteOperate):
         self.table = table
         self.path = settings.path
         self._sql = queries(table)
+        self._wal = WalGuard(self.path)
         if create:
             directory = os.path.dirname(os.path.abspath(self.path))
             try:
@@ -78,7 +80,9 @@ class SqliteBackend(SqliteOperate):
             if self.conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                 self.conn.execute("PRAGMA journal_mode = WAL")
             self.conn.execute("PRAGMA synchronous = NORMAL")
-        if create and self.schema_version() is None:
+        version = self.schema_version()  # a read: the connection has opened -wal and -shm
+        self._wal.remember()
+        if create and version is None:
             self.init_schema()
 
     # -- plumbing ---------------------------------------------------------
@@ -106,10 +110,13 @@ class SqliteBackend(SqliteOperate):
             self.conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self.conn
+                self._wal.check()  # already gone: do not commit into a lost file
             except BaseException:
                 self.conn.execute("ROLLBACK")
                 raise
             self.conn.execute("COMMIT")
+        # Deleted between our check and the commit's end: the commit is in the lost file.
+        self._wal.check()
 
     def close(self) -> None:
         self.conn.close()
@@ -176,11 +183,16 @@ class SqliteBackend(SqliteOperate):
 
     def _change(self, sql: str, params: Sequence[object]) -> int:
         # Once per message: plain try, not the _errors() context manager (~2 µs).
+        # Autocommit: the statement is its own transaction; checked after it (once:
+        # ~7 µs of an ~90 µs acknowledgement), as a committed write must not be reported
+        # done if it may have gone into a deleted -wal file.
         try:
-            return self.conn.execute(sql, params).rowcount
+            count = self.conn.execute(sql, params).rowcount
         except sqlite3.DatabaseError as exc:
             error = self._error(exc)
             raise error from (None if isinstance(error, SchemaMissing) else exc)
+        self._wal.check()
+        return count
 
     def ack_success(self, message: Message, owner: str, retention: float = 0.0) -> bool:
         if retention > 0 and message.unique_key is not None:
