@@ -246,7 +246,13 @@ def _read_yaml(path: str) -> tuple[dict[str, Any], _Located]:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
     if node is None:
         return {}, located
-    data = located.convert(node, ())
+    try:
+        data = located.convert(node, ())
+    except yaml.MarkedYAMLError as exc:  # a tag the safe loader refuses (!!python/name:...)
+        mark = exc.problem_mark or exc.context_mark
+        line = f", line {mark.line + 1}" if mark else ""
+        problem = exc.problem or exc.context or "unsupported value"
+        raise ConfigError(f"{path}{line}: invalid YAML: {problem}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the config must be a mapping of keys (database, queues, ...)")
     return data, located
