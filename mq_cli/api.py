@@ -55,6 +55,14 @@ class MQ:
             self._backend = open_backend(self.config.database, self.config.table)
         return self._backend
 
+    @property
+    def _reader(self) -> Backend:
+        """The backend, for what only reads: it never makes an existing SQLite file
+        (empty, or another program's) into a queue; it says to run `mq init`."""
+        if self._backend is None:
+            self._backend = open_backend(self.config.database, self.config.table, reading=True)
+        return self._backend
+
     def close(self) -> None:
         if self._backend is not None:
             self._backend.close()
@@ -199,25 +207,25 @@ class MQ:
         """Counts per queue: every configured queue, plus any other queue holding messages."""
         if queue is not None:
             validate_queue_name(queue)
-        found = self.backend.stats(queue, lambda name: self.queue(name).stalled_after)
+        found = self._reader.stats(queue, lambda name: self.queue(name).stalled_after)
         names = [queue] if queue else sorted(set(found) | set(self.config.queues))
         return {name: found.get(name, QueueStats()) for name in names}
 
     def now(self) -> datetime:
         """The database's clock (UTC): every age mq shows is measured with it."""
-        return self.backend.now()
+        return self._reader.now()
 
     def list_messages(self, queue: str, status: str | None = None, limit: int = 100) -> Listing:
         """The oldest ``limit`` messages of a queue (by id), of one status if given."""
         from . import operate
 
-        return operate.list_messages(self.config, self.backend, queue, status, limit)
+        return operate.list_messages(self.config, self._reader, queue, status, limit)
 
     def show(self, ident: int) -> Message:
         """One message with its payload and last_error; NotFound (exit 1) if there is none."""
         from . import operate
 
-        return operate.show(self.backend, ident)
+        return operate.show(self._reader, ident)
 
     # -- operating --------------------------------------------------------
 
@@ -241,7 +249,7 @@ class MQ:
         from . import operate
 
         return operate.Gc(
-            self.config, self.backend, kind, queues=queues, older_than=older_than,
+            self.config, self.backend if action or notify else self._reader, kind, queues=queues, older_than=older_than,
             action=action, notify=notify, on_batch=on_batch,
         ).run()  # fmt: skip
 

@@ -6,17 +6,25 @@ from ..dburl import DatabaseSettings
 from .base import Backend
 
 
-def open_backend(settings: DatabaseSettings, table: str, *, create: bool | None = None) -> Backend:
+def open_backend(
+    settings: DatabaseSettings, table: str, *, create: bool | None = None, reading: bool = False
+) -> Backend:
     """Connect to the database ``settings`` describe.
 
     ``create``: make the schema if it is missing. Default: yes for SQLite (the
     embedded default must work with zero setup), no for MySQL (`mq init` does it,
-    with a user allowed to create tables).
+    with a user allowed to create tables). ``reading``: for commands that only
+    read, which create the schema only in a SQLite file that did not exist.
     """
     if settings.kind == "sqlite":
         from .sqlite import SqliteBackend
 
-        return SqliteBackend(settings, table, create=True if create is None else create)
+        return SqliteBackend(
+            settings,
+            table,
+            create=True if create is None else create,
+            create_in_existing=not reading,
+        )
     from .mysql import MysqlBackend
 
     return MysqlBackend(settings, table, create=bool(create))

@@ -55,7 +55,17 @@ class SqliteBackend(SqliteOperate):
     kind = "sqlite"
     max_payload = 1_000_000_000 - 1024
 
-    def __init__(self, settings: DatabaseSettings, table: str, *, create: bool = True):
+    def __init__(
+        self,
+        settings: DatabaseSettings,
+        table: str,
+        *,
+        create: bool = True,
+        create_in_existing: bool = True,
+    ):
+        """``create``: make the file and the schema if missing; ``create_in_existing``
+        False: only in a file this call made (a reader never turns an empty file or
+        another program's database into a queue)."""
         assert settings.path
         self.settings = settings
         self.table = table
@@ -72,15 +82,24 @@ class SqliteBackend(SqliteOperate):
                 ) from None
         elif not os.path.exists(self.path):
             raise SchemaMissing(f"{self.path} does not exist: run `mq init` first")
+        existed = os.path.exists(self.path)
         with self._errors():
             self.conn = sqlite3.connect(
                 self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
             )
             self.conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
+            version = self.schema_version()
+            if version is None and existed and not create_in_existing:
+                # Before the WAL pragma below, which would write to the file.
+                self.conn.close()
+                raise SchemaMissing(
+                    f"{self.path} has no mq schema (no table {table!r}; an empty file?): "
+                    "run `mq init` if it is the right file"
+                )
             if self.conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                 self.conn.execute("PRAGMA journal_mode = WAL")
             self.conn.execute("PRAGMA synchronous = NORMAL")
-        version = self.schema_version()  # a read: the connection has opened -wal and -shm
+            self.schema_version()  # a read: the connection has opened -wal and -shm
         self._wal.remember()
         if create and version is None:
             self.init_schema()
