@@ -112,6 +112,8 @@ class Drain:
                 try:
                     self.report.queues.append(queue.name)
                     self._drain_queue(queue, path)
+                except DatabaseError as exc:
+                    raise self._with_recovery_hint(exc) from exc
                 finally:
                     slot.release()
         finally:
@@ -119,6 +121,17 @@ class Drain:
                 signal.signal(sig, handler)
             self.report.seconds = time.monotonic() - started
         return self.report
+
+    def _with_recovery_hint(self, exc: DatabaseError) -> DatabaseError:
+        """The error, saying what becomes of what this drain held (a full disk, a
+        refused write: its messages could not be recorded or given back)."""
+        text = str(exc)
+        if not self.report.claimed or "gc --stalled" in text or "\n" in text:
+            return exc  # nothing held, said already, or two lines already
+        return type(exc)(
+            f"{text}\nany message this drain held stays processing and shows as stalled "
+            "after stalled_after; `mq gc --stalled --requeue` recovers them"
+        )
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signals += 1

@@ -176,3 +176,12 @@ def forks_and_exits(payload: dict) -> None:
     with open(payload["file"], "w") as out:
         out.write(str(pid))
     os._exit(7)
+
+
+def fills_the_disk(payload: dict) -> None:
+    """The drain's database file can grow no more (RLIMIT_FSIZE on the drain, our
+    parent), as on a full disk: its acknowledgement of this message fails."""
+    import resource
+
+    size = os.path.getsize(payload["wal"])
+    resource.prlimit(os.getppid(), resource.RLIMIT_FSIZE, (size, size))
