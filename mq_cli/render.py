@@ -17,6 +17,7 @@ from .models import Listing, Message, iso
 
 ERROR_WIDTH = 60  # characters of last_error in a table
 HEXDUMP_LIMIT = 4096  # bytes of a binary payload `mq show` dumps
+TEXT_LIMIT = 64 * 1024  # characters of a text payload `mq show` prints (--json: all)
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # not \t \n \r
 # What a terminal obeys instead of showing: C0 and C1 controls (ESC and CSI start
 # clear-screen, retitle and OSC 52 clipboard writes) and the bidi controls that
@@ -217,6 +218,11 @@ def payload_view(payload: bytes) -> tuple[str, str]:
         return "binary, hex dump", hexdump(payload)
     if _CONTROL.search(text):  # would garble or drive the terminal
         return "binary, hex dump", hexdump(payload)
+    if len(text) > TEXT_LIMIT:  # 16 MB on a terminal helps nobody; nor pretty-printing it
+        head = text[:TEXT_LIMIT]
+        left = len(payload) - len(head.encode("utf-8"))
+        note = f"... {left} more bytes left out (--json shows all of it)"
+        return f"text, the first {TEXT_LIMIT} characters", f"{printable(head)}\n{note}"
     try:
         pretty = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
     except (ValueError, RecursionError):  # too deep to parse or indent: shown as it is

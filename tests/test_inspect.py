@@ -144,6 +144,22 @@ def test_show_text_and_binary_payloads(db):
     assert re.search(r"^00000000  00 01 02 03 04 05 06 07  08 09 0a", result.stdout, re.MULTILINE)
 
 
+def test_show_cuts_a_huge_text_payload_and_says_how_to_get_all(db):
+    big = ("é" + "x" * 99) * 80_000  # 8 MB of text, a JSON string
+    (ident,) = enqueue(db, "raw", json.dumps(big, ensure_ascii=False).encode())
+    result = db.run("show", str(ident))
+    assert result.exit_code == 0, result.output[:300]
+    assert len(result.stdout) < 100_000
+    size = len(json.dumps(big, ensure_ascii=False).encode())
+    shown = 64 * 1024
+    left = size - len(json.dumps(big, ensure_ascii=False)[:shown].encode())
+    assert f"payload ({size} bytes, text, the first {shown} characters):" in result.stdout
+    assert result.stdout.rstrip().endswith(
+        f"... {left} more bytes left out (--json shows all of it)"
+    )
+    assert json.loads(json.loads(db.run("show", str(ident), "--json").stdout)["payload"]) == big
+
+
 def test_show_json_per_contract(db):
     text_id, binary_id = enqueue(db, "raw", b'{"a": 1}', b"\xff\xfe\x00binary")
     result = db.run("show", str(text_id), "--json")
