@@ -262,6 +262,26 @@ def resolve(path: str) -> None:
         raise _not_callable(path, target)
 
 
+def standard_origin(path: str) -> str | None:
+    """The standard-library module a Python handler comes from (``os:system`` ->
+    ``os``; a re-exported one by its own module: ``posix``), else None.
+
+    Such a handler is almost surely a slip, and a dangerous one: ``os:system``
+    would run every payload as a shell command. Call after :func:`resolve`.
+    """
+    names: frozenset[str] = getattr(sys, "stdlib_module_names", frozenset())
+    if is_exec(path):
+        return None
+    target = _locate(path)[0]
+    modules = [path.partition(":")[0]]
+    if inspect.isroutine(target) or inspect.isclass(target):
+        modules.append(getattr(target, "__module__", None) or "")
+    for module in modules:
+        if module.split(".")[0] in names:
+            return module
+    return None
+
+
 Job = tuple[bytes, MessageInfo]
 """A payload and what its handler may learn about it (:func:`current_message`)."""
 
