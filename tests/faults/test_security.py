@@ -475,6 +475,7 @@ def test_handlers_do_not_inherit_database_credentials(db, tmp_path, kind):
     )
     # MQ_DATABASE_URL wins over the config's database; password_env stays a secret.
     env = db.env(MQ_CONFIG=str(config), MQ_TEST_SECRET_PW="Pw-z8q1", MQ_TEST_VISIBLE="seen")
+    del env["MQ_TEST_DATABASE_URL"]  # the tests' own copy (tests/jobs.py): not mq's to hide
     assert run(db, "enqueue", "-q", "q", "{}", env=env)[0] == 0
     code, text = run(db, "drain", "-q", "q", env=env)
     assert code == 0, text
