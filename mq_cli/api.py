@@ -51,10 +51,19 @@ class MQ:
 
     @property
     def backend(self) -> Backend:
+        return self._open(reading=False)
+
+    @property
+    def _reader(self) -> Backend:
+        """The backend, for what only reads: it never makes an existing SQLite file
+        (empty, or another program's) into a queue; it says to run `mq init`."""
+        return self._open(reading=True)
+
+    def _open(self, reading: bool) -> Backend:
         if self._backend is None:
             from .backends.schema import verify
 
-            backend = open_backend(self.config.database, self.config.table)
+            backend = open_backend(self.config.database, self.config.table, reading=reading)
             try:
                 # Once per connection, before anything is claimed or stored: a
                 # table from a newer mq, or one missing a column or an index,
@@ -214,7 +223,8 @@ class MQ:
             validate_queue_name(queue)
         from . import clock
 
-        state = clock.read(self.backend)
+        reader = self._reader
+        state = clock.read(reader)
 
         def stalled_after(name: str) -> float:
             bound = self.queue(name).stalled_after
@@ -222,25 +232,25 @@ class MQ:
                 return 3e8  # a clock step: no heartbeat age means anything yet (~10 years)
             return bound
 
-        found = self.backend.stats(queue, stalled_after)
+        found = reader.stats(queue, stalled_after)
         names = [queue] if queue else sorted(set(found) | set(self.config.queues))
         return {name: found.get(name, QueueStats()) for name in names}
 
     def now(self) -> datetime:
         """The database's clock (UTC): every age mq shows is measured with it."""
-        return self.backend.now()
+        return self._reader.now()
 
     def list_messages(self, queue: str, status: str | None = None, limit: int = 100) -> Listing:
         """The oldest ``limit`` messages of a queue (by id), of one status if given."""
         from . import operate
 
-        return operate.list_messages(self.config, self.backend, queue, status, limit)
+        return operate.list_messages(self.config, self._reader, queue, status, limit)
 
     def show(self, ident: int) -> Message:
         """One message with its payload and last_error; NotFound (exit 1) if there is none."""
         from . import operate
 
-        return operate.show(self.backend, ident)
+        return operate.show(self._reader, ident)
 
     # -- operating --------------------------------------------------------
 
@@ -264,7 +274,7 @@ class MQ:
         from . import operate
 
         return operate.Gc(
-            self.config, self.backend, kind, queues=queues, older_than=older_than,
+            self.config, self.backend if action or notify else self._reader, kind, queues=queues, older_than=older_than,
             action=action, notify=notify, on_batch=on_batch,
         ).run()  # fmt: skip
 

@@ -341,8 +341,9 @@ def purge(state: State, queue: str, status: str | None, yes: bool, force: bool) 
 def check(state: State) -> None:
     """Check a deployment: config, database, schema, handlers, lock directory.
 
-    One line per check (ok / FAIL); exits 1 if any check failed, an
-    unreachable database included. Run it after every deploy.
+    One line per check (ok / warn / FAIL); exits 1 if any check failed, an
+    unreachable database included (a warning alone does not fail it). Run it
+    after every deploy.
 
     \b
     Example:  mq check
@@ -353,6 +354,7 @@ def check(state: State) -> None:
     results = run_checks(state.config_path, state.database_url)
     width = max(len(r.name) for r in results)
     for r in results:
-        click.echo(f"{'ok  ' if r.ok else 'FAIL'}  {r.name.ljust(width)}  {r.detail}")
+        status = "FAIL" if not r.ok else "warn" if r.warn else "ok  "
+        click.echo(f"{status}  {r.name.ljust(width)}  {r.detail}")
     if not all(r.ok for r in results):
         _exit(1)

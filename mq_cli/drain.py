@@ -20,7 +20,7 @@ from contextlib import closing
 from types import FrameType
 from typing import Any
 
-from . import clock, handlers, slots
+from . import clock, handlers, render, slots
 from .backends.base import Backend
 from .config import Config, QueueConfig
 from .drain_types import DrainOptions, DrainReport
@@ -34,6 +34,7 @@ log = logging.getLogger("mq")
 RECONNECT_FOR = 15.0
 WAIT_POLL_MIN = 0.05
 WAIT_POLL_MAX = 1.0  # the contract: --wait polls at least once a second
+ERROR_LOG_WIDTH = 1000  # characters of a failure's last line in the drain's log
 
 
 def owner_token() -> str:
@@ -111,6 +112,8 @@ class Drain:
                 try:
                     self.report.queues.append(queue.name)
                     self._drain_queue(queue, path)
+                except DatabaseError as exc:
+                    raise self._with_recovery_hint(exc) from exc
                 finally:
                     slot.release()
         finally:
@@ -118,6 +121,17 @@ class Drain:
                 signal.signal(sig, handler)
             self.report.seconds = time.monotonic() - started
         return self.report
+
+    def _with_recovery_hint(self, exc: DatabaseError) -> DatabaseError:
+        """The error, saying what becomes of what this drain held (a full disk, a
+        refused write: its messages could not be recorded or given back)."""
+        text = str(exc)
+        if not self.report.claimed or "gc --stalled" in text or "\n" in text:
+            return exc  # nothing held, said already, or two lines already
+        return type(exc)(
+            f"{text}\nany message this drain held stays processing and shows as stalled "
+            "after stalled_after; `mq gc --stalled --requeue` recovers them"
+        )
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signals += 1
@@ -146,7 +160,7 @@ class Drain:
             self._requeue_stalled(queue)  # records the clock first
         else:
             clock.observe_quietly(self.backend)  # keeps this host's clock record fresh
-        runner = handlers.make_runner(path, queue.format)
+        runner = handlers.make_runner(path, queue.format, self.config.database.secret_env())
         self.runner = runner
         try:
             # No runner.start(): a Python handler's child starts with the first
@@ -369,7 +383,7 @@ class Drain:
                 message,
             )
             if ours:
-                first_line = error.strip().splitlines()[-1] if error.strip() else error
+                first_line = render.error_line(error, ERROR_LOG_WIDTH)
                 if final:
                     log.error(
                         "queue %s: message %d failed for good after %d attempt(s): %s",

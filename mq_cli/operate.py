@@ -148,7 +148,7 @@ class Gc:
         path = getattr(queue, key)  # the queue's own, else the defaults'
         if not path:
             return f"no {key} callback is configured for it (set defaults.{key})"
-        return call_back(path, queue, messages)
+        return call_back(path, queue, messages, self.config.database.secret_env())
 
 
 def find(backend: Backend, kind: str, queue: str, bound: float, after: int | None) -> list[Message]:
@@ -206,13 +206,15 @@ def act_as_found(
             on_changed(changed)
 
 
-def call_back(path: str, queue: QueueConfig, messages: list[Message]) -> str | None:
+def call_back(
+    path: str, queue: QueueConfig, messages: list[Message], hide: Sequence[str] = ()
+) -> str | None:
     """Call an on_stalled/on_failed callback with the messages as a JSON list; None if it
     succeeded, else why not. A Python callback receives the list (its queue is in
     ``mq_cli.current_message().queue``); an ``exec:`` one reads the JSON on stdin."""
     payload = json.dumps([m.to_json() for m in messages]).encode()
     info = handlers.MessageInfo(0, queue.name, 0, messages[0].created_at)
-    runner = handlers.make_runner(path, "json")
+    runner = handlers.make_runner(path, "json", hide)
     try:
         runner.start()
         outcome = runner.run(payload, info, queue.timeout or None, _nothing, 3600.0)

@@ -321,6 +321,29 @@ def test_invalid_yaml_names_the_line(tmp_path: Path, text: str, named: str):
 
 
 @pytest.mark.parametrize(
+    "value",
+    [
+        "!!python/name:os.system",
+        "!!python/object/apply:os.system ['touch {marker}']",
+        "!!python/object/new:os.system [touch {marker}]",
+        "!!binary notbase64",
+    ],
+)
+def test_python_tags_are_a_config_error_and_run_nothing(tmp_path: Path, value: str):
+    marker = tmp_path / "ran"
+    write(tmp_path / "mq.yaml", f"table: jobs\nqueues:\n  a:\n    handler: {value}\n")
+    (tmp_path / "mq.yaml").write_text(
+        (tmp_path / "mq.yaml").read_text().replace("{marker}", str(marker))
+    )
+    for args in (["init", "--print-sql"], ["stats"], ["drain", "-q", "a"]):
+        result = mq(*args)
+        assert result.exit_code == 2, result.output
+        assert "mq.yaml, line 4: " in result.stderr  # invalid YAML, or not a handler
+        assert "internal error" not in result.output and "Traceback" not in result.output
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
     "text, key, line",
     [
         ("table: a\ndefaults: {}\ntable: b\n", "table", 3),

@@ -331,3 +331,33 @@ def test_quiet_retries_log_only_failures_for_good(db, ran, tmp_path):
     last = db.run("drain", "-q", "q")
     assert "failed for good after 3 attempt(s)" in last.stderr
     assert rows(db, "q")[0][1:3] == ("failed", 3)
+
+
+def test_handler_prints_never_reach_the_json_summary(db, tmp_path):
+    """A real `mq drain --json` process: stdout is the summary alone, whatever the
+    handler prints; the end of its output goes to stderr."""
+    payload = json.dumps({"size": 3_000_000})
+    assert db.run("enqueue", "-q", "p", payload, payload).exit_code == 0
+    proc = db.spawn("drain", "-q", "p", "--handler", "tests.handlers:prints_a_lot", "--json")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    summary = json.loads(out)
+    assert summary["succeeded"] == 2
+    assert err.decode().count("the last words") == 2
+    assert len(err) < 100_000
+
+
+def test_a_full_disk_during_a_drain_says_how_to_recover(sqlite_db):
+    """exit 3 with the hint: the message stays processing and gc recovers it."""
+    db = sqlite_db
+    assert db.run("init").exit_code == 0
+    wal = f"{db.tmp / 'mq.db'}-wal"
+    enqueue(db, "full", json.dumps({"wal": wal}))
+    proc = db.spawn("drain", "-q", "full", "--handler", "tests.handlers:fills_the_disk")
+    out, err = proc.communicate(timeout=60)
+    text = err.decode()
+    assert proc.returncode == 3, text
+    assert "SQLite database" in text and "Traceback" not in text
+    assert "stays processing" in text and "mq gc --stalled --requeue" in text
+    assert len(text.strip().splitlines()) == 2
+    assert [r[0] for r in db.sql("SELECT status FROM mq_messages")] == ["processing"]

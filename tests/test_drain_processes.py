@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import time
 from pathlib import Path
 
@@ -213,8 +214,8 @@ def test_database_gone_for_good_exits_3_and_leaves_messages_for_gc(mysql_db, log
 
 def test_drain_from_a_bare_cron_environment(db, log, tmp_path):
     """cron runs jobs with a minimal environment: no HOME-based XDG vars, a bare PATH."""
-    # No XDG_RUNTIME_DIR under cron: the slots are in /tmp/mq-<uid>, shared with
-    # anything else on this host, so the queue name is this test's own.
+    # No XDG_RUNTIME_DIR under cron: the slots are in ~/.local/state/mq/locks,
+    # not in shared /tmp (where another user could take /tmp/mq-<uid> first).
     queue = f"cron-{os.getpid()}-{time.monotonic_ns()}"
     (tmp_path / "mq.yaml").write_text(f"queues:\n  {queue}: {{handler: 'tests.jobs:record'}}\n")
     enqueue_many(db, queue, ['"a"', '"b"'])
@@ -231,6 +232,10 @@ def test_drain_from_a_bare_cron_environment(db, log, tmp_path):
         out, err = drain.communicate(timeout=30)
     assert (drain.returncode, out, err) == (0, b"", b"")
     assert [r["payload"] for r in ran(log)] == ["a", "b"]
+    locks = tmp_path / ".local" / "state" / "mq" / "locks"
+    assert [p.name for p in locks.iterdir()] == [f"{queue}.0.lock"]
+    assert stat.S_IMODE(locks.stat().st_mode) == 0o700
+    assert not Path(f"/tmp/mq-{os.getuid()}", f"{queue}.0.lock").exists()
 
 
 # -- one command, every slot: --processes --------------------------------------------
