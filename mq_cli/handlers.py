@@ -282,6 +282,35 @@ def standard_origin(path: str) -> str | None:
     return None
 
 
+def only_from_cwd(path: str) -> str | None:
+    """The current directory, when a Python handler's module is found there and
+    nowhere else Python looks; else None. Call after :func:`resolve`.
+
+    `mq check` run from a project's directory imports such a handler, but cron
+    starts jobs in the home directory, where it is not found.
+    """
+    import importlib.util
+
+    if is_exec(path):
+        return None
+    spec = importlib.util.find_spec(path.partition(":")[0].split(".")[0])
+    if spec is None:
+        return None
+    if spec.origin and spec.submodule_search_locations is None:
+        entry = os.path.dirname(spec.origin)  # a module: the directory holding it
+    elif spec.submodule_search_locations:
+        entry = os.path.dirname(list(spec.submodule_search_locations)[0])  # a package
+    else:
+        return None
+    cwd = os.path.realpath(os.getcwd())
+    declared = [
+        os.path.realpath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
+    ]
+    if os.path.realpath(entry) == cwd and cwd not in declared:
+        return cwd
+    return None
+
+
 Job = tuple[bytes, MessageInfo]
 """A payload and what its handler may learn about it (:func:`current_message`)."""
 

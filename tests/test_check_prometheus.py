@@ -158,3 +158,18 @@ def test_stats_json_is_unchanged_by_prometheus(db, tmp_path):
     result = db.run("stats", "--json", "--prometheus", str(out))
     assert json.loads(result.stdout)["jobs"]["ready"] == 1
     assert out.exists()
+
+
+def test_check_warns_about_a_handler_found_only_in_the_current_directory(db, tmp_path, monkeypatch):
+    module = f"cwdonly_{os.getpid()}_{db.kind}"
+    (tmp_path / f"{module}.py").write_text("def run(payload):\n    return None\n")
+    (tmp_path / "mq.yaml").write_text(f"queues:\n  jobs: {{handler: '{module}:run'}}\n")
+    result = db.run("check")
+    assert result.exit_code == 0, result.output  # a warning, not a failure
+    line = next(x for x in result.stdout.splitlines() if "queue jobs" in x)
+    assert line.startswith("warn") and f"PYTHONPATH={tmp_path}" in line
+    # as the crontab would set it: no warning
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    again = db.run("check")
+    line = next(x for x in again.stdout.splitlines() if "queue jobs" in x)
+    assert line.startswith("ok") and "importable" in line
