@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from . import payloads
+from . import payloads, wakeup
 from .backends import open_backend
 from .backends.base import Backend
 from .config import Config, QueueConfig, load_config, validate_queue_name, validate_table_name
@@ -167,6 +167,16 @@ class MQ:
         stored = 0
         check = payloads.checker(fmt)
         fits = backend.payload_fits
+
+        def store(batch: list[bytes]) -> list[int | None]:
+            ids = backend.enqueue(
+                queue, batch, delay=delay, priority=priority, unique_key=unique_key
+            )
+            if not delay and any(i is not None for i in ids):
+                # Committed and ready: drains waiting on this host start it now.
+                wakeup.notify(self.config.lock_dir, queue)
+            return ids
+
         try:
             for label, data in items:
                 if not fits(data):
@@ -182,22 +192,16 @@ class MQ:
                 batch.append(data)
                 size += len(data)
                 if len(batch) >= BATCH_MESSAGES or size >= BATCH_BYTES:
-                    yield backend.enqueue(
-                        queue, batch, delay=delay, priority=priority, unique_key=unique_key
-                    )
+                    yield store(batch)
                     stored += len(batch)
                     batch, size = [], 0
         except InputRejected as exc:
             if batch:
-                yield backend.enqueue(
-                    queue, batch, delay=delay, priority=priority, unique_key=unique_key
-                )
+                yield store(batch)
                 stored += len(batch)
             raise type(exc)(f"{exc}\n{_stored_note(stored)}") from None
         if batch:
-            yield backend.enqueue(
-                queue, batch, delay=delay, priority=priority, unique_key=unique_key
-            )
+            yield store(batch)
 
     # -- consuming --------------------------------------------------------
 

@@ -20,7 +20,7 @@ from contextlib import closing
 from types import FrameType
 from typing import Any
 
-from . import clock, handlers, render, slots
+from . import clock, handlers, render, slots, wakeup
 from .backends.base import Backend
 from .config import Config, QueueConfig
 from .drain_types import DrainOptions, DrainReport
@@ -162,22 +162,36 @@ class Drain:
             clock.observe_quietly(self.backend)  # keeps this host's clock record fresh
         runner = handlers.make_runner(path, queue.format, self.config.database.secret_env())
         self.runner = runner
+        waiter = self._waiter(queue) if self.options.wait else None
         try:
-            # No runner.start(): a Python handler's child starts with the first
-            # batch, so a cron drain of an empty queue starts no second process.
+            # A cron drain does not start the runner: a Python handler's child
+            # starts with the first batch, so an empty queue costs no second
+            # process. A waiting drain starts it now: the first message it is
+            # woken for should not wait ~100 ms for an interpreter.
+            if waiter is not None:
+                runner.start()
             idle = WAIT_POLL_MIN
             while not self._should_stop():
                 batch = self._claim(queue)
                 if not batch:
                     if not self.options.wait:
                         return
-                    idle = self._idle(idle)
+                    idle = self._idle(idle, waiter)
                     continue
                 idle = WAIT_POLL_MIN
                 self._run_batch(queue, batch, runner)
         finally:
             self.runner = None
             runner.close()
+            if waiter is not None:
+                waiter.close()
+
+    def _waiter(self, queue: QueueConfig) -> wakeup.Waiter | None:
+        try:
+            return wakeup.Waiter(self.config.lock_dir, queue.name)
+        except (OSError, ConfigError) as exc:  # then it polls, as without one
+            log.info("queue %s: no wake-up on enqueue (%s); polling", queue.name, exc)
+            return None
 
     def _requeue_stalled(self, queue: QueueConfig) -> None:
         """`requeue_stalled: true`: what `mq gc --stalled --requeue -q QUEUE` would do."""
@@ -193,11 +207,15 @@ class Drain:
                 f"; {failed} reached max_errors and are now failed" if failed else "",
             )  # fmt: skip
 
-    def _idle(self, pause: float) -> float:
-        """Sleep before polling again with --wait: short at first, growing to a second."""
+    def _idle(self, pause: float, waiter: wakeup.Waiter | None) -> float:
+        """Wait before polling again with --wait: short at first, growing to a second;
+        an enqueue on this host ends the wait at once."""
         if self.deadline is not None:
             pause = min(pause, max(self.deadline - time.monotonic(), 0.0))
-        time.sleep(pause)
+        if waiter is None:
+            time.sleep(pause)
+        elif waiter.wait(pause):
+            return WAIT_POLL_MIN
         return min(pause * 2, WAIT_POLL_MAX)
 
     def _claim(self, queue: QueueConfig) -> list[Message]:

@@ -76,3 +76,8 @@ def notify_finish_first(messages: list) -> None:
 
     with mq_cli.connect(database=os.environ["MQ_TEST_DATABASE_URL"]) as mq:
         mq.delete([messages[0]["id"]], force=True)
+
+
+def record_time(payload: object) -> None:
+    """Logs when it started (time.time()), for wake-up latencies."""
+    _log(payload, t=time.time())
