@@ -1,11 +1,13 @@
 """Enqueue-to-start latency of `mq drain --wait`, with and without the wake-up.
 
-    .venv/bin/python bench/latency.py [--messages 200] [--mysql-url mysql://root@127.0.0.1:3306]
+    .venv/bin/python bench/latency.py [--messages 200] [--gap 0.01-0.06] [--mysql-url URL]
 
 For each backend (SQLite in a temporary directory; MariaDB in a database
 `mqbench_latency`, dropped and made again), one `mq drain -q lat --wait` runs
 while this process enqueues messages one at a time through the Python API
-(mq's own connection, as an application does), 10-60 ms apart. The handler
+(mq's own connection, as an application does), --gap seconds apart (a random
+pause in that range: 10-60 ms by default; 0.3-0.8 s shows sparse traffic, where
+a polling drain has backed off to its once-a-second poll). The handler
 records when it started; the latency of a message is that moment minus the
 moment its enqueue call returned (committed). Two modes:
 
@@ -45,7 +47,7 @@ def run(payload):
 """
 
 
-def measure(url: str, work: Path, mode: str, count: int) -> list[float]:
+def measure(url: str, work: Path, mode: str, count: int, gap: tuple[float, float]) -> list[float]:
     locks = work / f"locks-{mode}"
     locks.mkdir(mode=0o700)
     if mode == "poll":
@@ -71,7 +73,7 @@ def measure(url: str, work: Path, mode: str, count: int) -> list[float]:
         time.sleep(2.0)  # the drain is up and idle
         with mq_cli.connect(config=str(config)) as producer:
             for n in range(count):
-                time.sleep(rng.uniform(0.01, 0.06))
+                time.sleep(rng.uniform(*gap))
                 ident = producer.enqueue("lat", {"n": n})
                 committed[int(ident)] = time.time()  # type: ignore[arg-type]
         end = time.monotonic() + 30
@@ -89,11 +91,14 @@ def measure(url: str, work: Path, mode: str, count: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=200)
+    parser.add_argument("--gap", default="0.01-0.06", help="seconds between enqueues: LOW-HIGH")
     parser.add_argument("--mysql-url", default="mysql://root@127.0.0.1:3306")
     args = parser.parse_args()
+    low, _, high = args.gap.partition("-")
+    gap = (float(low), float(high or low))
     work = Path(tempfile.mkdtemp(prefix="mq-bench-latency-"))
     (work / "mqlat.py").write_text(HANDLER)
-    print(f"{args.messages} messages, one at a time, 10-60 ms apart; latency in ms")
+    print(f"{args.messages} messages, one at a time, {args.gap} s apart; latency in ms")
     print("| backend | mode | p50 | p99 | max |")
     print("| --- | --- | --- | --- | --- |")
     import pymysql
@@ -109,7 +114,7 @@ def main() -> None:
                     cursor.execute("CREATE DATABASE mqbench_latency")
                 url = f"{args.mysql_url}/mqbench_latency"
             (work / backend).mkdir(exist_ok=True)
-            got = sorted(measure(url, work / backend, mode, args.messages))
+            got = sorted(measure(url, work / backend, mode, args.messages, gap))
             p99 = got[min(len(got) - 1, int(len(got) * 0.99))]
             print(
                 f"| {backend} | {mode} | {statistics.median(got):.1f} | {p99:.1f} | {got[-1]:.1f} |",
