@@ -36,6 +36,10 @@ SELECT value FROM "{table}_meta" WHERE name = 'schema_version'
 INSERT INTO "{table}" (queue, priority, available_at, created_at, unique_key, payload)
 VALUES {values}
 
+-- name: insert_one
+INSERT INTO "{table}" (queue, priority, available_at, created_at, unique_key, payload)
+VALUES (?, ?, strftime('%Y-%m-%d %H:%M:%f', 'now', ?), strftime('%Y-%m-%d %H:%M:%f', 'now'), ?, ?)
+
 -- name: insert_row
 (?, ?, strftime('%Y-%m-%d %H:%M:%f', 'now', ?), strftime('%Y-%m-%d %H:%M:%f', 'now'), ?, ?)
 
