@@ -223,8 +223,27 @@ class MQ:
             return bound
 
         found = self.backend.stats(queue, stalled_after)
-        names = [queue] if queue else sorted(set(found) | set(self.config.queues))
-        return {name: found.get(name, QueueStats()) for name in names}
+        paused = self.backend.paused()
+        names = [queue] if queue else sorted(set(found) | set(self.config.queues) | set(paused))
+        result = {name: found.get(name, QueueStats()) for name in names}
+        for name in set(paused) & set(result):
+            result[name].paused = True
+        return result
+
+    def pause(self, queue: str) -> bool:
+        """Drains on every host skip ``queue`` until :meth:`resume`; enqueue still works.
+        False when it was paused already."""
+        validate_queue_name(queue)
+        return self.backend.set_paused(queue, True)
+
+    def resume(self, queue: str) -> bool:
+        """Undo :meth:`pause`; False when it was not paused."""
+        validate_queue_name(queue)
+        return self.backend.set_paused(queue, False)
+
+    def paused(self) -> dict[str, str]:
+        """{queue: since (the database's time)} for every paused queue."""
+        return self.backend.paused()
 
     def now(self) -> datetime:
         """The database's clock (UTC): every age mq shows is measured with it."""

@@ -282,6 +282,14 @@ class Backend(ABC):
         """(healthy, one line): what kind of server mq runs on, for `mq check`."""
         return True, self.kind
 
+    @abstractmethod
+    def paused(self) -> dict[str, str]:
+        """{queue: since} for every paused queue."""
+
+    @abstractmethod
+    def set_paused(self, queue: str, paused: bool) -> bool:
+        """Pause or resume ``queue`` for every host; False when it already was so."""
+
     def reconnect(self) -> None:  # noqa: B027 - SQLite has nothing to reconnect
         """Open a fresh connection after a lost one (only MySQL connections get lost)."""
 

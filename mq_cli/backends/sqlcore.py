@@ -54,6 +54,16 @@ def as_text(value: bytes | str | None) -> str | None:
     return value.decode("utf-8") if isinstance(value, (bytes, bytearray, memoryview)) else value
 
 
+def pause_key(queue: str) -> str:
+    """The meta row of a paused queue: meta names hold 64 characters, queue names
+    as many, so a long one is named by its hash (the value says which queue)."""
+    if len(queue) <= 57:
+        return f"paused:{queue}"
+    import hashlib
+
+    return "paused#" + hashlib.sha256(queue.encode()).hexdigest()[:50]
+
+
 class Tx:
     """A DB-API cursor inside a transaction (ours, or an application's)."""
 
@@ -299,6 +309,26 @@ class SqlBackend(Backend):
                 tx.change(self._sql["meta_put"], pair)
 
         self._transaction(body)
+
+    # -- pauses (in the meta table, so they hold for every host) ---------------
+
+    def paused(self) -> dict[str, str]:
+        """{queue: since} for every paused queue (since: the database's time, text)."""
+        found = {}
+        for _, value in self._rows(self._sql["meta_paused"]):
+            since, _, queue = str(value).partition("|")
+            found[queue] = since
+        return found
+
+    def set_paused(self, queue: str, paused: bool) -> bool:
+        """Pause or resume ``queue``; False when it already was so."""
+        name = pause_key(queue)
+        if not paused:
+            return self._transaction(lambda tx: tx.change(self._sql["meta_delete"], (name,))) > 0
+        if queue in self.paused():
+            return False
+        self.meta_put({name: f"{self.now().isoformat(timespec='seconds')}|{queue}"})
+        return True
 
     def clock_repair_back(self) -> int:
         return self._transaction(lambda tx: tx.change(self._sql["clock_repair_back"]))

@@ -419,3 +419,11 @@ SET available_at = TIMESTAMPADD(MICROSECOND,
         -TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), created_at), available_at),
     created_at = UTC_TIMESTAMP(6)
 WHERE status = 'ready' AND created_at > UTC_TIMESTAMP(6)
+
+-- name: meta_paused
+-- Paused queues (`mq pause`): 'paused:QUEUE', or 'paused#HASH' for a long name;
+-- the value is "since|QUEUE".
+SELECT name, value FROM `{table}_meta` WHERE LEFT(name, 7) IN ('paused:', 'paused#')
+
+-- name: meta_delete
+DELETE FROM `{table}_meta` WHERE name = %s
