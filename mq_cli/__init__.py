@@ -22,6 +22,7 @@ from .errors import (  # noqa: E402
     HandlerNotFound,
     InputRejected,
     MqError,
+    NotFound,
     PayloadTooLarge,
     SchemaMissing,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "HandlerNotFound",
     "InputRejected",
     "MqError",
+    "NotFound",
     "PayloadTooLarge",
     "SchemaMissing",
     "connect",

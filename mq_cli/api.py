@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from . import payloads
+from . import payloads, wakeup
 from .backends import open_backend
 from .backends.base import Backend
 from .config import Config, QueueConfig, load_config, validate_queue_name, validate_table_name
@@ -51,10 +51,19 @@ class MQ:
 
     @property
     def backend(self) -> Backend:
+        return self._open(reading=False)
+
+    @property
+    def _reader(self) -> Backend:
+        """The backend, for what only reads: it never makes an existing SQLite file
+        (empty, or another program's) into a queue; it says to run `mq init`."""
+        return self._open(reading=True)
+
+    def _open(self, reading: bool) -> Backend:
         if self._backend is None:
             from .backends.schema import verify
 
-            backend = open_backend(self.config.database, self.config.table)
+            backend = open_backend(self.config.database, self.config.table, reading=reading)
             try:
                 # Once per connection, before anything is claimed or stored: a
                 # table from a newer mq, or one missing a column or an index,
@@ -158,6 +167,16 @@ class MQ:
         stored = 0
         check = payloads.checker(fmt)
         fits = backend.payload_fits
+
+        def store(batch: list[bytes]) -> list[int | None]:
+            ids = backend.enqueue(
+                queue, batch, delay=delay, priority=priority, unique_key=unique_key
+            )
+            if not delay and any(i is not None for i in ids):
+                # Committed and ready: drains waiting on this host start it now.
+                wakeup.notify(self.config.lock_dir, queue)
+            return ids
+
         try:
             for label, data in items:
                 if not fits(data):
@@ -173,22 +192,16 @@ class MQ:
                 batch.append(data)
                 size += len(data)
                 if len(batch) >= BATCH_MESSAGES or size >= BATCH_BYTES:
-                    yield backend.enqueue(
-                        queue, batch, delay=delay, priority=priority, unique_key=unique_key
-                    )
+                    yield store(batch)
                     stored += len(batch)
                     batch, size = [], 0
         except InputRejected as exc:
             if batch:
-                yield backend.enqueue(
-                    queue, batch, delay=delay, priority=priority, unique_key=unique_key
-                )
+                yield store(batch)
                 stored += len(batch)
-            raise type(exc)(f"{exc}\n{_stored_note(stored)}; nothing from there on") from None
+            raise type(exc)(f"{exc}\n{_stored_note(stored)}") from None
         if batch:
-            yield backend.enqueue(
-                queue, batch, delay=delay, priority=priority, unique_key=unique_key
-            )
+            yield store(batch)
 
     # -- consuming --------------------------------------------------------
 
@@ -214,7 +227,8 @@ class MQ:
             validate_queue_name(queue)
         from . import clock
 
-        state = clock.read(self.backend)
+        reader = self._reader
+        state = clock.read(reader)
 
         def stalled_after(name: str) -> float:
             bound = self.queue(name).stalled_after
@@ -222,8 +236,8 @@ class MQ:
                 return 3e8  # a clock step: no heartbeat age means anything yet (~10 years)
             return bound
 
-        found = self.backend.stats(queue, stalled_after)
-        paused = self.backend.paused()
+        found = reader.stats(queue, stalled_after)
+        paused = reader.paused()
         names = [queue] if queue else sorted(set(found) | set(self.config.queues) | set(paused))
         result = {name: found.get(name, QueueStats()) for name in names}
         for name in set(paused) & set(result):
@@ -247,19 +261,19 @@ class MQ:
 
     def now(self) -> datetime:
         """The database's clock (UTC): every age mq shows is measured with it."""
-        return self.backend.now()
+        return self._reader.now()
 
     def list_messages(self, queue: str, status: str | None = None, limit: int = 100) -> Listing:
         """The oldest ``limit`` messages of a queue (by id), of one status if given."""
         from . import operate
 
-        return operate.list_messages(self.config, self.backend, queue, status, limit)
+        return operate.list_messages(self.config, self._reader, queue, status, limit)
 
     def show(self, ident: int) -> Message:
         """One message with its payload and last_error; NotFound (exit 1) if there is none."""
         from . import operate
 
-        return operate.show(self.backend, ident)
+        return operate.show(self._reader, ident)
 
     # -- operating --------------------------------------------------------
 
@@ -283,7 +297,7 @@ class MQ:
         from . import operate
 
         return operate.Gc(
-            self.config, self.backend, kind, queues=queues, older_than=older_than,
+            self.config, self.backend if action or notify else self._reader, kind, queues=queues, older_than=older_than,
             action=action, notify=notify, on_batch=on_batch,
         ).run()  # fmt: skip
 
@@ -314,17 +328,22 @@ class MQ:
         queue: str,
         status: str | None = None,
         on_progress: Callable[[int], None] | None = None,
+        force: bool = False,
     ) -> int:
-        """Delete all of a queue's messages (of one status), in bounded batches; how many."""
+        """Delete a queue's messages (of one status), in bounded batches; how many.
+        `processing` ones (maybe running now) only with ``force``."""
         from . import operate
 
-        return operate.purge(self.backend, queue, status, on_progress)
+        return operate.purge(self.backend, queue, status, on_progress, force=force)
 
 
 def _stored_note(count: int) -> str:
     if count == 0:
         return "nothing was stored"
-    return f"the {count} message(s) before it were stored (their ids are printed)"
+    return (
+        f"the {count} message(s) before it were stored (their ids are printed); "
+        "it and everything after it were not"
+    )
 
 
 def connect(config: str | None = None, database: str | None = None) -> MQ:

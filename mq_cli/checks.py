@@ -19,6 +19,7 @@ class Check:
     name: str
     ok: bool
     detail: str
+    warn: bool = False  # ok, but worth a look: shown as "warn", does not fail the check
 
 
 def run_checks(config_path: str | None, database_url: str | None) -> list[Check]:
@@ -68,10 +69,31 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
             except MqError as exc:
                 results.append(Check(f"queue {name}", False, f"{label}: {exc}"))
             else:
-                results.append(Check(f"queue {name}", True, f"{label} {path} importable"))
+                results.append(_importable(f"queue {name}", label, path))
 
     results.append(_lock_dir(config.lock_dir, slots.ensure_lock_dir))
     return results
+
+
+def _importable(name: str, label: str, path: str) -> Check:
+    from . import handlers
+
+    notes = []
+    origin = handlers.standard_origin(path)
+    if origin is not None:
+        notes.append(
+            f"is from Python's standard library ({origin}), not your code: a typo? "
+            "(os:system would run every payload as a command)"
+        )
+    here = handlers.only_from_cwd(path)
+    if here is not None:
+        notes.append(
+            f"imports only from the current directory ({here}); cron starts in your home "
+            f"directory: set PYTHONPATH={here} in the crontab (crontab.example)"
+        )
+    if not notes:
+        return Check(name, True, f"{label} {path} importable")
+    return Check(name, True, f"{label} {path} " + "; it also ".join(notes), warn=True)
 
 
 def _permissions(path: str, holds_readable_password: bool) -> Check:

@@ -8,14 +8,18 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from . import SCHEMA_VERSION, __version__
 from .durations import format_duration, parse_duration
 from .errors import MqError
+
+if TYPE_CHECKING:
+    from .drain_types import DrainReport
 
 
 class _Log:
@@ -235,7 +239,10 @@ def init(state: State, print_sql: bool) -> None:
     "-0", "--null", is_flag=True, help="Read stdin: NUL-separated messages (find -print0)."
 )
 @click.option(
-    "--delay", callback=_duration, metavar="DURATION", help="Ready only after this (30s, 5m, 1h)."
+    "--delay",
+    callback=_duration,
+    metavar="DURATION",
+    help="Ready only after this (30s, 5m, 1h, 1h30m).",
 )
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
 @click.option(
@@ -352,6 +359,13 @@ def _print_ids(ids: list[int | None], silent: bool) -> None:
     help="Drains of a queue allowed at once on this host.",
 )
 @click.option("--wait", is_flag=True, help="When empty, keep polling until --max-seconds.")
+@click.option(
+    "--processes",
+    type=click.IntRange(0, 256),
+    metavar="N",
+    help="Run up to N drains of each queue at once, each in its own slot "
+    "(0: as many as its concurrency allows); one summary.",
+)
 @json_option
 @pass_state
 def drain(
@@ -363,6 +377,7 @@ def drain(
     batch_size: int | None,
     concurrency: int | None,
     wait: bool,
+    processes: int | None,
     as_json: bool,
 ) -> None:
     """Run the handler on ready messages; the command for crontab.
@@ -375,33 +390,132 @@ def drain(
     Silent on success (cron mails any output); failures go to stderr.
 
     \b
+    --processes N starts N such drains of each queue at once, as N crontab
+    lines would (0: one per slot of the queue's concurrency), and prints one
+    summary; its exit code is the worst of theirs.
+
+    \b
     Example (crontab):
       * * * * *  /opt/mq/bin/mq drain -q thumbnails --max-seconds 55
+      * * * * *  /opt/mq/bin/mq drain -q thumbnails --max-seconds 55 --processes 0
     Example (one-off):
       mq drain -q demo --handler 'exec:cat' --max-messages 10
     """
     from .drain_types import DrainOptions
 
+    if processes is not None:
+        _drain_processes(
+            state, queues, processes, handler, max_messages, max_seconds, batch_size,
+            concurrency, wait, as_json,
+        )  # fmt: skip
+        return
+
     log.get()  # the drain logs as it goes (mq_cli.drain): set the level and format first
-    report = state.mq.drain(
-        DrainOptions(
-            queues=list(queues),
-            handler=handler,
-            max_messages=max_messages,
-            max_seconds=max_seconds,
-            batch_size=batch_size,
-            concurrency=concurrency,
-            wait=wait,
+    # At a terminal (not under cron, not in a pipe) a person watches: a running
+    # count, and a summary at the end. The log lines of -v are enough there.
+    watched = sys.stderr.isatty() and not as_json and not state.verbose
+    counter = DrainCounter() if watched else None
+    try:
+        report = state.mq.drain(
+            DrainOptions(
+                queues=list(queues),
+                handler=handler,
+                max_messages=max_messages,
+                max_seconds=max_seconds,
+                batch_size=batch_size,
+                concurrency=concurrency,
+                wait=wait,
+                progress=counter.show if counter else None,
+            )
         )
+    finally:
+        if counter is not None:
+            counter.close()
+    summary = (
+        f"drained {report.succeeded + report.failed} message(s): {report.succeeded} succeeded, "
+        f"{report.failed} failed, {report.returned} returned in {report.seconds:.1f}s"
     )
     if as_json:
         click.echo(json.dumps(report.to_json()))
+    elif watched:
+        busy = f" (all slots busy: {', '.join(report.busy)})" if report.busy else ""
+        click.echo(f"{summary}{busy}", err=True)
     else:
-        log.info(
-            "drained %d message(s): %d succeeded, %d failed, %d returned in %.1fs",
-            report.succeeded + report.failed, report.succeeded, report.failed,
-            report.returned, report.seconds,
-        )  # fmt: skip
+        log.info("%s", summary)
+
+
+def _drain_processes(
+    state: State,
+    queues: tuple[str, ...],
+    processes: int,
+    handler: str | None,
+    max_messages: int | None,
+    max_seconds: float | None,
+    batch_size: int | None,
+    concurrency: int | None,
+    wait: bool,
+    as_json: bool,
+) -> None:
+    from . import fanout
+
+    if max_messages is not None:
+        raise click.UsageError(
+            "--max-messages counts the messages of one drain: with --processes, "
+            "bound the run with --max-seconds"
+        )
+    config = state.mq.config
+    if not queues and not config.queues:
+        from .errors import ConfigError
+
+        raise ConfigError(
+            "no queue to drain: give -q QUEUE, or configure queues (see config.example.yaml)"
+        )
+    args: list[str] = []
+    for flag, value in (
+        ("--handler", handler), ("--max-seconds", max_seconds),
+        ("--batch-size", batch_size), ("--concurrency", concurrency),
+    ):  # fmt: skip
+        if value is not None:
+            args += [flag, str(value)]
+    if wait:
+        args.append("--wait")
+    children = fanout.plan(config, queues, processes, concurrency)
+    env = fanout.child_env(state.config_path, state.database_url)
+    report: DrainReport
+    report, code = fanout.run(children, args, env, state.verbose)
+    if as_json:
+        click.echo(json.dumps({**report.to_json(), "processes": len(children)}))
+    elif sys.stderr.isatty():
+        click.echo(
+            f"{len(children)} drain(s): {report.succeeded} succeeded, {report.failed} failed, "
+            f"{report.returned} returned in {report.seconds:.1f}s",
+            err=True,
+        )
+    if code:
+        click.get_current_context().exit(code)
+
+
+class DrainCounter:
+    """The running count of a drain at a terminal, redrawn at most 10 times a second."""
+
+    def __init__(self) -> None:
+        self.shown = 0.0
+        self.drawn = False
+
+    def show(self, report: DrainReport) -> None:
+        now = time.monotonic()
+        if now - self.shown >= 0.1:
+            self.shown = now
+            self.drawn = True
+            # The cursor goes back to the start: a log line (a failure) then
+            # overwrites the count instead of running on after it.
+            sys.stderr.write(f"draining: {report.succeeded} succeeded, {report.failed} failed\r")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.drawn:
+            sys.stderr.write("\033[K")  # the summary line takes its place
+            sys.stderr.flush()
 
 
 # -- stats ------------------------------------------------------------------

@@ -278,33 +278,59 @@ def _by_id(state: State, action: str, ids: tuple[int, ...], force: bool) -> None
 @queue_option(required=True)
 @click.option("--status", type=click.Choice(STATUSES), help="Only the messages in this state.")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask (needed when stdin is no terminal).")
+@click.option(
+    "--force", is_flag=True, help="Delete processing messages too (a drain may be running them)."
+)
 @pass_state
-def purge(state: State, queue: str, status: str | None, yes: bool) -> None:
+def purge(state: State, queue: str, status: str | None, yes: bool, force: bool) -> None:
     """Delete a queue's messages (or one state's); asks first.
 
     At a terminal it asks for confirmation; otherwise (cron, scripts) it needs
     --yes and, without it, exits 2 having deleted nothing. Only what exists
     when it starts is deleted, in batches of 1,000. With no --status the
-    queue's unique-key tombstones (see unique_retention) go too.
+    queue's unique-key tombstones (see unique_retention) go too. Processing
+    messages may be running in a drain: they stay unless --force (those of
+    dead drains go with `mq gc --stalled --delete`).
 
     \b
     Example:  mq purge -q load-test
               mq purge -q mail --status failed --yes
     """
     what = f"{status} message(s)" if status else "message(s)"
+    if status == "processing" and not force:
+        raise click.UsageError(
+            "purge --status processing deletes messages drains may be running now: add "
+            "--force (for messages of dead drains: mq gc --stalled --delete)"
+        )
+    known = state.mq.count(queue) > 0 or queue in state.mq.config.queues
+    if not known:
+        others = ", ".join(sorted(state.mq.stats())) or "none"
+        click.echo(
+            f"mq: queue {queue} holds no messages and is not in the config "
+            f"(queues with messages or configured: {others})",
+            err=True,
+        )
+        return
     if not yes:
         if not _stdin_is_terminal():
             raise click.UsageError(
                 "purge deletes messages: add --yes (stdin is no terminal to ask)"
             )
         count = state.mq.count(queue, status)
+        if status is None and not force:
+            count -= state.mq.count(queue, "processing")
         click.confirm(f"Delete {count} {what} of queue {queue}?", abort=True)
     progress = Progress(f"deleting from {queue}")
     try:
-        deleted = state.mq.purge(queue, status, on_progress=progress.add)
+        deleted = state.mq.purge(queue, status, on_progress=progress.add, force=force)
     finally:
         progress.close()
     click.echo(f"deleted {deleted} {what} from queue {queue}")
+    if status is None and not force and (held := state.mq.count(queue, "processing")):
+        click.echo(
+            f"kept {held} processing message(s): a drain may be running them (--force deletes "
+            "them too; those of dead drains: mq gc --stalled --delete)"
+        )
 
 
 # -- check ---------------------------------------------------------------------------
@@ -315,8 +341,9 @@ def purge(state: State, queue: str, status: str | None, yes: bool) -> None:
 def check(state: State) -> None:
     """Check a deployment: config, database, schema, handlers, lock directory.
 
-    One line per check (ok / FAIL); exits 1 if any check failed, an
-    unreachable database included. Run it after every deploy.
+    One line per check (ok / warn / FAIL); exits 1 if any check failed, an
+    unreachable database included (a warning alone does not fail it). Run it
+    after every deploy.
 
     \b
     Example:  mq check
@@ -327,6 +354,7 @@ def check(state: State) -> None:
     results = run_checks(state.config_path, state.database_url)
     width = max(len(r.name) for r in results)
     for r in results:
-        click.echo(f"{'ok  ' if r.ok else 'FAIL'}  {r.name.ljust(width)}  {r.detail}")
+        status = "FAIL" if not r.ok else "warn" if r.warn else "ok  "
+        click.echo(f"{status}  {r.name.ljust(width)}  {r.detail}")
     if not all(r.ok for r in results):
         _exit(1)

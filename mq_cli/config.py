@@ -43,6 +43,7 @@ class QueueConfig:
     unique_retention: float = 0.0
     requeue_stalled: bool = False  # `mq drain` requeues the queue's stalled messages first
     group_ack: bool = False  # delete a batch's successes in one statement (see README)
+    quiet_retries: bool = False  # a failure that will be retried is logged only with -v
     on_stalled: str | None = None  # callback for `mq gc --stalled --notify`
     on_failed: str | None = None  # callback for `mq gc --errors --notify`
 
@@ -102,6 +103,7 @@ QUEUE_KEYS: dict[str, Any] = {
     "unique_retention": parse_duration,
     "requeue_stalled": _bool,
     "group_ack": _bool,
+    "quiet_retries": _bool,
     "on_stalled": _handler,
     "on_failed": _handler,
 }
@@ -146,10 +148,18 @@ def validate_table_name(name: object, where: str = "table") -> str:
 
 
 def default_lock_dir() -> str:
+    """$XDG_RUNTIME_DIR/mq, else $XDG_STATE_HOME/mq/locks (~/.local/state/mq/locks).
+
+    Never in shared /tmp: there another user can create /tmp/mq-<uid> first, and
+    every drain (cron sets no XDG_RUNTIME_DIR) would refuse it and exit 2.
+    """
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isdir(runtime):
         return os.path.join(runtime, "mq")
-    return os.path.join("/tmp", f"mq-{os.getuid()}")
+    state_home = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return os.path.join(state_home, "mq", "locks")
 
 
 def find_config_file(explicit: str | None) -> str | None:
@@ -238,7 +248,13 @@ def _read_yaml(path: str) -> tuple[dict[str, Any], _Located]:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
     if node is None:
         return {}, located
-    data = located.convert(node, ())
+    try:
+        data = located.convert(node, ())
+    except yaml.MarkedYAMLError as exc:  # a tag the safe loader refuses (!!python/name:...)
+        mark = exc.problem_mark or exc.context_mark
+        line = f", line {mark.line + 1}" if mark else ""
+        problem = exc.problem or exc.context or "unsupported value"
+        raise ConfigError(f"{path}{line}: invalid YAML: {problem}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the config must be a mapping of keys (database, queues, ...)")
     return data, located
@@ -329,6 +345,7 @@ def _database_settings(raw: Any, doc: _Located) -> DatabaseSettings:
         if name not in os.environ:
             raise doc.error((*path, "password_env"), f"environment variable {name} is not set")
         changes["password"] = os.environ[name]
+        changes["password_env"] = name
     if "ssl" in raw:
         ssl = raw["ssl"]
         if ssl is False:
@@ -394,6 +411,10 @@ def load_config(config_path: str | None = None, database_url: str | None = None)
 
     if database_url:
         database = parse_database_url(database_url)
+        configured = data.get("database")
+        if isinstance(configured, dict) and isinstance(configured.get("password_env"), str):
+            # Overridden, but still a secret the operator named: keep it from handlers.
+            database = replace(database, password_env=configured["password_env"])
     elif data.get("database") is not None:
         database = _database_settings(data["database"], doc)
     else:

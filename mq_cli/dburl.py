@@ -28,6 +28,11 @@ class DatabaseSettings:
     ssl_verify: bool = True
     ssl: bool = False
     connect_timeout: float = 10.0
+    password_env: str | None = None  # the variable the password came from, kept from handlers
+
+    def secret_env(self) -> tuple[str, ...]:
+        """Environment variables that carry this database's credentials."""
+        return ("MQ_DATABASE_URL",) + ((self.password_env,) if self.password_env else ())
 
     def describe(self) -> str:
         """Where the database is, for messages; never includes the password."""
@@ -95,7 +100,7 @@ def parse_database_url(url: str) -> DatabaseSettings:
         path = path.split("?", 1)[0]
         if not path:
             raise ConfigError(
-                f"bad database URL {url!r}: give a file, e.g. sqlite:////var/lib/mq/mq.db "
+                f"bad database URL {redact_url(url)!r}: give a file, e.g. sqlite:////var/lib/mq/mq.db "
                 "(absolute) or sqlite:///mq.db (relative)"
             )
         return DatabaseSettings(kind="sqlite", path=unquote(path))

@@ -20,7 +20,7 @@ from contextlib import closing
 from types import FrameType
 from typing import Any
 
-from . import clock, handlers, slots
+from . import clock, handlers, render, slots, wakeup
 from .backends.base import Backend
 from .config import Config, QueueConfig
 from .drain_types import DrainOptions, DrainReport
@@ -35,6 +35,7 @@ RECONNECT_FOR = 15.0
 WAIT_POLL_MIN = 0.05
 WAIT_POLL_MAX = 1.0  # the contract: --wait polls at least once a second
 PAUSE_LOOK_EVERY = 2.0  # a running drain looks whether its queue was paused
+ERROR_LOG_WIDTH = 1000  # characters of a failure's last line in the drain's log
 
 
 def owner_token() -> str:
@@ -119,6 +120,8 @@ class Drain:
                 try:
                     self.report.queues.append(queue.name)
                     self._drain_queue(queue, path)
+                except DatabaseError as exc:
+                    raise self._with_recovery_hint(exc) from exc
                 finally:
                     slot.release()
         finally:
@@ -126,6 +129,17 @@ class Drain:
                 signal.signal(sig, handler)
             self.report.seconds = time.monotonic() - started
         return self.report
+
+    def _with_recovery_hint(self, exc: DatabaseError) -> DatabaseError:
+        """The error, saying what becomes of what this drain held (a full disk, a
+        refused write: its messages could not be recorded or given back)."""
+        text = str(exc)
+        if not self.report.claimed or "gc --stalled" in text or "\n" in text:
+            return exc  # nothing held, said already, or two lines already
+        return type(exc)(
+            f"{text}\nany message this drain held stays processing and shows as stalled "
+            "after stalled_after; `mq gc --stalled --requeue` recovers them"
+        )
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signals += 1
@@ -154,11 +168,16 @@ class Drain:
             self._requeue_stalled(queue)  # records the clock first
         else:
             clock.observe_quietly(self.backend)  # keeps this host's clock record fresh
-        runner = handlers.make_runner(path, queue.format)
+        runner = handlers.make_runner(path, queue.format, self.config.database.secret_env())
         self.runner = runner
+        waiter = self._waiter(queue) if self.options.wait else None
         try:
-            # No runner.start(): a Python handler's child starts with the first
-            # batch, so a cron drain of an empty queue starts no second process.
+            # A cron drain does not start the runner: a Python handler's child
+            # starts with the first batch, so an empty queue costs no second
+            # process. A waiting drain starts it now: the first message it is
+            # woken for should not wait ~100 ms for an interpreter.
+            if waiter is not None:
+                runner.start()
             idle = WAIT_POLL_MIN
             looked = time.monotonic()
             while not self._should_stop():
@@ -174,13 +193,22 @@ class Drain:
                 if not batch:
                     if not self.options.wait:
                         return
-                    idle = self._idle(idle)
+                    idle = self._idle(idle, waiter)
                     continue
                 idle = WAIT_POLL_MIN
                 self._run_batch(queue, batch, runner)
         finally:
             self.runner = None
             runner.close()
+            if waiter is not None:
+                waiter.close()
+
+    def _waiter(self, queue: QueueConfig) -> wakeup.Waiter | None:
+        try:
+            return wakeup.Waiter(self.config.lock_dir, queue.name)
+        except (OSError, ConfigError) as exc:  # then it polls, as without one
+            log.info("queue %s: no wake-up on enqueue (%s); polling", queue.name, exc)
+            return None
 
     def _requeue_stalled(self, queue: QueueConfig) -> None:
         """`requeue_stalled: true`: what `mq gc --stalled --requeue -q QUEUE` would do."""
@@ -196,11 +224,15 @@ class Drain:
                 f"; {failed} reached max_errors and are now failed" if failed else "",
             )  # fmt: skip
 
-    def _idle(self, pause: float) -> float:
-        """Sleep before polling again with --wait: short at first, growing to a second."""
+    def _idle(self, pause: float, waiter: wakeup.Waiter | None) -> float:
+        """Wait before polling again with --wait: short at first, growing to a second;
+        an enqueue on this host ends the wait at once."""
         if self.deadline is not None:
             pause = min(pause, max(self.deadline - time.monotonic(), 0.0))
-        time.sleep(pause)
+        if waiter is None:
+            time.sleep(pause)
+        elif waiter.wait(pause):
+            return WAIT_POLL_MIN
         return min(pause * 2, WAIT_POLL_MAX)
 
     def _claim(self, queue: QueueConfig) -> list[Message]:
@@ -333,6 +365,8 @@ class Drain:
                 self.done.append(message)
             else:
                 self._acknowledge(queue, message, outcome)
+            if self.options.progress is not None:
+                self.options.progress(self.report)
             tick()
 
     @staticmethod
@@ -384,14 +418,17 @@ class Drain:
                 message,
             )
             if ours:
-                first_line = error.strip().splitlines()[-1] if error.strip() else error
+                first_line = render.error_line(error, ERROR_LOG_WIDTH)
                 if final:
                     log.error(
                         "queue %s: message %d failed for good after %d attempt(s): %s",
                         queue.name, message.id, attempts, first_line,
                     )  # fmt: skip
                 else:
-                    log.error(
+                    # quiet_retries: cron (which mails what is logged) hears only of
+                    # messages that failed for good; -v still shows each attempt.
+                    log.log(
+                        logging.INFO if queue.quiet_retries else logging.ERROR,
                         "queue %s: message %d failed (attempt %d of %d, retry in %s): %s",
                         queue.name, message.id, attempts, queue.max_errors,
                         _seconds(retry_in), first_line,

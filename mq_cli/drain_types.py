@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +16,9 @@ class DrainOptions:
     batch_size: int | None = None
     concurrency: int | None = None
     wait: bool = False
+    #: called with the report after each message's result is recorded (a terminal's
+    #: progress line); must be cheap
+    progress: Callable[[DrainReport], None] | None = None
 
 
 @dataclass

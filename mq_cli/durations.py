@@ -1,4 +1,6 @@
-"""Durations as the config and the CLI write them: ``30``, ``500ms``, ``30s``, ``5m``, ``1h``, ``2d``."""
+"""Durations as the config and the CLI write them: ``30``, ``500ms``, ``30s``, ``5m``, ``1h``,
+``2d``, and compounds of them largest unit first (``1h30m``, ``2d4h``, ``1m30s``): what
+:func:`format_duration` prints can be given back."""
 
 from __future__ import annotations
 
@@ -8,6 +10,9 @@ import re
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 # ASCII only: \d and \s would accept Arabic-Indic digits and no-break spaces.
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$", re.ASCII)
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)", re.ASCII)
+_COMPOUND = re.compile(r"^\s*(?:\d+(?:\.\d+)?(?:ms|s|m|h|d))+\s*$", re.ASCII)
+_ORDER = ("d", "h", "m", "s", "ms")
 # Far past any sensible delay or timeout, and far inside what DATETIME and
 # SQLite's date functions can add to now (else the insert fails as a database error).
 _MAX_SECONDS = 36500 * 86400.0
@@ -36,8 +41,13 @@ def parse_duration(value: object) -> float:
         match = _PATTERN.fullmatch(value)
         if match:
             return _bounded(float(match.group(1)) * _UNITS[match.group(2) or "s"], value)
+        if _COMPOUND.fullmatch(value):
+            parts = _PART.findall(value)
+            ranks = [_ORDER.index(unit) for _, unit in parts]
+            if ranks == sorted(set(ranks)):  # each unit once, largest first: 1h30m, not 30m1h
+                return _bounded(sum(float(n) * _UNITS[unit] for n, unit in parts), value)
     raise ValueError(
-        f"expected a duration such as 30 (seconds), 500ms, 30s, 5m, 1h or 2d, got {value!r}"
+        f"expected a duration such as 30 (seconds), 500ms, 30s, 5m, 1h, 2d or 1h30m, got {value!r}"
     )
 
 

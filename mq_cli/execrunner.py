@@ -6,8 +6,8 @@ raw bytes go to the program's stdin; exit status 0 is success. The program
 learns about its message from the environment: MQ_MESSAGE_ID, MQ_QUEUE,
 MQ_ERROR_COUNT and MQ_CREATED_AT (ISO 8601 UTC).
 
-Only the last TAIL_BYTES of its stdout and stderr are kept (for last_error),
-so a program that prints gigabytes costs no memory.
+Only the last TAIL_BYTES (:mod:`mq_cli.output`) of its stdout and stderr are
+kept (for last_error), so a program that prints gigabytes costs no memory.
 """
 
 from __future__ import annotations
@@ -16,32 +16,26 @@ import math
 import os
 import select
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from .handlers import ERROR_LIMIT, MessageInfo, OneAtATime, Outcome, Pacer, bounded, exec_argv
+from .handlers import (
+    ERROR_LIMIT,
+    MessageInfo,
+    OneAtATime,
+    Outcome,
+    Pacer,
+    bounded,
+    exec_argv,
+    handler_environ,
+)
 from .models import iso
+from .output import Tail
 from .pyrunner import death, kill_group
 
-TAIL_BYTES = 16 * 1024  # enough for ERROR_LIMIT characters of any UTF-8
 READ_CHUNK = 1 << 16
 # While the program's pipes are open we cannot tell it exited if something it
 # started in the background still holds them; look this often.
 EXIT_CHECK = 0.2
-
-
-class _Tail:
-    """The last TAIL_BYTES bytes written to a pipe."""
-
-    def __init__(self) -> None:
-        self.data = bytearray()
-
-    def add(self, chunk: bytes) -> None:
-        self.data += chunk
-        if len(self.data) > TAIL_BYTES:
-            del self.data[:-TAIL_BYTES]
-
-    def text(self) -> str:
-        return self.data.decode("utf-8", "replace").strip()
 
 
 def _error(head: str, tail: str) -> str:
@@ -54,8 +48,9 @@ def _error(head: str, tail: str) -> str:
 class ExecRunner(OneAtATime):
     """A Runner for ``exec:`` handlers."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, hide: Sequence[str] = ()) -> None:
         self.path = path
+        self.hide = tuple(hide)
         self._argv: list[str] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._killed = False
@@ -81,7 +76,7 @@ class ExecRunner(OneAtATime):
             self.start()
         assert self._argv is not None
         pacer = Pacer(timeout, tick, tick_every)
-        env = dict(os.environ)
+        env = handler_environ(self.hide)
         env.update(
             MQ_MESSAGE_ID=str(info.id),
             MQ_QUEUE=info.queue,
@@ -133,7 +128,7 @@ class ExecRunner(OneAtATime):
 
     def _communicate(self, proc: subprocess.Popen[bytes], payload: bytes, pacer: Pacer) -> Outcome:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        tails = {proc.stdout.fileno(): _Tail(), proc.stderr.fileno(): _Tail()}
+        tails = {proc.stdout.fileno(): Tail(), proc.stderr.fileno(): Tail()}
         poller = select.poll()
         for fd in tails:
             poller.register(fd, select.POLLIN)
@@ -190,11 +185,11 @@ class ExecRunner(OneAtATime):
                 break  # exited; whatever still holds its pipes is not our business
         return self._result(proc.returncode, tails)
 
-    def _tail(self, tails: dict[int, _Tail]) -> str:
+    def _tail(self, tails: dict[int, Tail]) -> str:
         stdout, stderr = tails.values()
         return stderr.text() or stdout.text()
 
-    def _result(self, returncode: int, tails: dict[int, _Tail]) -> Outcome:
+    def _result(self, returncode: int, tails: dict[int, Tail]) -> Outcome:
         if returncode == 0:
             return Outcome(ok=True)
         if self._killed:

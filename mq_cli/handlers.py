@@ -111,11 +111,12 @@ def _split_path(path: str) -> tuple[str, list[str]]:
 
 def _cwd_importable() -> None:
     # `mq` runs as a console script, so sys.path[0] is the venv's bin directory,
-    # not where cron or the operator started it; `python -m` (the worker) puts
-    # the cwd first. Do the same here so `mq check` and the worker agree.
+    # not where cron or the operator started it. Handlers there must import, but
+    # last: a directory others can write must not shadow the standard library or
+    # mq itself (the worker puts it last too, so `mq check` and the drain agree).
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
+        sys.path.append(cwd)
 
 
 def _import(module_name: str, path: str) -> object:
@@ -261,6 +262,55 @@ def resolve(path: str) -> None:
         raise _not_callable(path, target)
 
 
+def standard_origin(path: str) -> str | None:
+    """The standard-library module a Python handler comes from (``os:system`` ->
+    ``os``; a re-exported one by its own module: ``posix``), else None.
+
+    Such a handler is almost surely a slip, and a dangerous one: ``os:system``
+    would run every payload as a shell command. Call after :func:`resolve`.
+    """
+    names: frozenset[str] = getattr(sys, "stdlib_module_names", frozenset())
+    if is_exec(path):
+        return None
+    target = _locate(path)[0]
+    modules = [path.partition(":")[0]]
+    if inspect.isroutine(target) or inspect.isclass(target):
+        modules.append(getattr(target, "__module__", None) or "")
+    for module in modules:
+        if module.split(".")[0] in names:
+            return module
+    return None
+
+
+def only_from_cwd(path: str) -> str | None:
+    """The current directory, when a Python handler's module is found there and
+    nowhere else Python looks; else None. Call after :func:`resolve`.
+
+    `mq check` run from a project's directory imports such a handler, but cron
+    starts jobs in the home directory, where it is not found.
+    """
+    import importlib.util
+
+    if is_exec(path):
+        return None
+    spec = importlib.util.find_spec(path.partition(":")[0].split(".")[0])
+    if spec is None:
+        return None
+    if spec.origin and spec.submodule_search_locations is None:
+        entry = os.path.dirname(spec.origin)  # a module: the directory holding it
+    elif spec.submodule_search_locations:
+        entry = os.path.dirname(list(spec.submodule_search_locations)[0])  # a package
+    else:
+        return None
+    cwd = os.path.realpath(os.getcwd())
+    declared = [
+        os.path.realpath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
+    ]
+    if os.path.realpath(entry) == cwd and cwd not in declared:
+        return cwd
+    return None
+
+
 Job = tuple[bytes, MessageInfo]
 """A payload and what its handler may learn about it (:func:`current_message`)."""
 
@@ -355,18 +405,31 @@ class OneAtATime:
         self._stopped = True
 
 
-def make_runner(path: str, fmt: str) -> Runner:
-    """A runner for a handler path and a queue format (json, text or bytes)."""
+def handler_environ(hide: Sequence[str] = ()) -> dict[str, str]:
+    """Our environment minus the variables in ``hide`` (the database's credentials).
+
+    A handler has no business with them, and one that prints its environment
+    (or fails with it in a traceback) would put a password into last_error.
+    """
+    env = dict(os.environ)
+    for name in hide:
+        env.pop(name, None)
+    return env
+
+
+def make_runner(path: str, fmt: str, hide: Sequence[str] = ()) -> Runner:
+    """A runner for a handler path and a queue format (json, text or bytes);
+    the handler's environment lacks the variables in ``hide``."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
     if is_exec(path):
         from .execrunner import ExecRunner
 
-        return ExecRunner(path)
+        return ExecRunner(path, hide)
     _split_path(path)
     from .pyrunner import PythonRunner
 
-    return PythonRunner(path, fmt)
+    return PythonRunner(path, fmt, hide)
 
 
 class Pacer:

@@ -148,7 +148,7 @@ class Gc:
         path = getattr(queue, key)  # the queue's own, else the defaults'
         if not path:
             return f"no {key} callback is configured for it (set defaults.{key})"
-        return call_back(path, queue, messages)
+        return call_back(path, queue, messages, self.config.database.secret_env())
 
 
 def find(backend: Backend, kind: str, queue: str, bound: float, after: int | None) -> list[Message]:
@@ -206,13 +206,15 @@ def act_as_found(
             on_changed(changed)
 
 
-def call_back(path: str, queue: QueueConfig, messages: list[Message]) -> str | None:
+def call_back(
+    path: str, queue: QueueConfig, messages: list[Message], hide: Sequence[str] = ()
+) -> str | None:
     """Call an on_stalled/on_failed callback with the messages as a JSON list; None if it
     succeeded, else why not. A Python callback receives the list (its queue is in
     ``mq_cli.current_message().queue``); an ``exec:`` one reads the JSON on stdin."""
     payload = json.dumps([m.to_json() for m in messages]).encode()
     info = handlers.MessageInfo(0, queue.name, 0, messages[0].created_at)
-    runner = handlers.make_runner(path, "json")
+    runner = handlers.make_runner(path, "json", hide)
     try:
         runner.start()
         outcome = runner.run(payload, info, queue.timeout or None, _nothing, 3600.0)
@@ -308,23 +310,32 @@ def purge(
     queue: str,
     status: str | None = None,
     on_progress: Callable[[int], None] | None = None,
+    force: bool = False,
 ) -> int:
     """Delete a queue's messages (of one status), in bounded batches; how many.
 
     Only what exists when it starts: messages enqueued meanwhile stay. With no
     status the queue's unique-key tombstones go too (not counted: not messages).
+    `processing` messages may be running in a drain right now: they are kept
+    unless ``force`` (as `mq delete` refuses them without --force).
     """
     validate_queue_name(queue)
     if status is not None and status not in STATUSES:
         raise ConfigError(f"status must be one of {', '.join(STATUSES)}, not {status!r}")
+    if status == "processing" and not force:
+        raise ConfigError(
+            "purge --status processing deletes messages drains may be running now: add "
+            "--force (for messages of dead drains: mq gc --stalled --delete)"
+        )
     last = backend.last_id(queue)
     if last is None:
         return 0
     deleted = 0
-    while count := backend.purge(queue, status, last, OPERATE_BATCH):
-        deleted += count
-        if on_progress is not None:
-            on_progress(count)
+    for chosen in [status] if status is not None or force else ["ready", "failed"]:
+        while count := backend.purge(queue, chosen, last, OPERATE_BATCH):
+            deleted += count
+            if on_progress is not None:
+                on_progress(count)
     if status is None:
         while backend.purge(queue, "done", last, OPERATE_BATCH):
             pass

@@ -9,6 +9,7 @@ from typing import Any
 from .errors import ConfigError, InputRejected
 
 FORMATS = ("json", "text", "bytes")
+TOO_DEEP = "too deeply nested (JSON arrays and objects in each other ~1,000 levels deep)"
 
 
 def _known(fmt: str) -> None:
@@ -55,6 +56,8 @@ def _check_json(data: bytes) -> None:
         raise ValueError(f"not UTF-8 text (byte {exc.start})") from None
     try:
         _STRICT.decode(text)
+    except RecursionError:  # ~1,000 levels of [ or {: the parser's stack, not a bug of ours
+        raise ValueError(TOO_DEEP) from None
     except ValueError as exc:
         if not text or text.isspace():
             raise ValueError("invalid JSON: empty") from None
@@ -85,6 +88,8 @@ def encode(value: object, fmt: str) -> bytes:
             ).encode()
         except (TypeError, ValueError) as exc:
             raise InputRejected(f"payload cannot be stored as JSON: {exc}") from None
+        except RecursionError:
+            raise InputRejected(f"payload cannot be stored as JSON: {TOO_DEEP}") from None
     elif isinstance(value, str):
         data = value.encode("utf-8")
     else:
@@ -99,9 +104,12 @@ def encode(value: object, fmt: str) -> bytes:
 
 
 def decode(data: bytes, fmt: str) -> object:
-    """What a Python handler receives for a stored payload."""
+    """What a Python handler receives for a stored payload (ValueError if it is not valid)."""
     if fmt == "json":
-        return json.loads(data)
+        try:
+            return json.loads(data)
+        except RecursionError:  # stored before mq checked the depth, or by another program
+            raise ValueError(TOO_DEEP) from None
     if fmt == "text":
         return data.decode("utf-8")
     return data

@@ -9,6 +9,11 @@ Messages are sent ahead (up to WINDOW of them): the child starts the next
 one as soon as the last one ends, while the drain records the last result
 in the database, so the pipe round trip costs no throughput. What was sent
 but has not started can be taken back (a stop, a message no longer held).
+
+What the handler prints (stdout and stderr) comes back on a pipe of its own
+and goes to the drain's stderr, cut to its end after each message as an
+``exec:`` handler's output is: never onto the drain's stdout, which belongs to
+``mq drain --json``, and never gigabytes into a cron mail.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from collections import deque
 from collections.abc import Callable, Generator, Sequence
 
 from .errors import HandlerNotFound
-from .handlers import NOT_STARTED, Job, MessageInfo, Outcome, Pacer, bounded
+from .handlers import NOT_STARTED, Job, MessageInfo, Outcome, Pacer, bounded, handler_environ
+from .output import Tail
 from .worker import (
     FAILED,
     REPLY,
@@ -42,6 +48,7 @@ CLOSE_GRACE = 5.0  # seconds a child gets to exit after its pipe closes, before 
 READ_CHUNK = 1 << 16
 WINDOW = 32  # messages sent ahead of the running one ...
 WINDOW_BYTES = 1 << 20  # ... holding at most this many payload bytes (but always one)
+EXIT_CHECK = 0.2  # seconds between looks at the child, where no pidfd can tell us at once
 
 
 def _nothing() -> None:
@@ -77,18 +84,28 @@ def _above_stdio(fd: int) -> int:
     return high
 
 
-def _child_env() -> dict[str, str]:
-    # The child must import what we import: a test's sys.path, a cron job's
-    # venv started by absolute path, modules next to the config. Handing our
-    # sys.path over (in our order) makes both interpreters agree.
-    # The cwd comes first, as `python -m` would put it, even under PYTHONSAFEPATH.
+def _child_path() -> list[str]:
+    """The worker's sys.path: ours (a test's, a cron job's venv started by absolute
+    path), with the current directory last.
+
+    Handlers next to where mq runs stay importable, but a `json.py` planted in a
+    directory others can write must not shadow the standard library, site-packages
+    or mq itself, as it would first on the path (where `python -m` puts it).
+    """
     cwd = os.getcwd()
-    seen: dict[str, None] = {cwd: None}
-    for entry in sys.path:
-        seen.setdefault(entry or cwd, None)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(seen)
-    return env
+    entries = [entry for entry in sys.path if entry not in ("", cwd)]
+    return list(dict.fromkeys([*entries, cwd]))
+
+
+def _worker_argv(path: str, fmt: str, fds: Sequence[int]) -> list[str]:
+    # -I: nothing from the current directory, PYTHONPATH or the user site goes
+    # before the standard library; the path we hand over is set before any
+    # import of mq's (PYTHONPATH would also come before the standard library).
+    boot = (
+        f"import sys; sys.path[:] = {_child_path()!r}; "
+        "from mq_cli.worker import main; sys.exit(main(sys.argv[1:]))"
+    )
+    return [sys.executable, "-I", "-c", boot, path, fmt, *map(str, fds)]
 
 
 class _Sent:
@@ -107,13 +124,17 @@ def _always(index: int) -> bool:
 class PythonRunner:
     """A Runner for ``package.module:callable`` handlers."""
 
-    def __init__(self, path: str, fmt: str) -> None:
+    def __init__(self, path: str, fmt: str, hide: Sequence[str] = ()) -> None:
         self.path = path
         self.fmt = fmt
+        self.hide = tuple(hide)
         self._proc: subprocess.Popen[bytes] | None = None
         self._rfd = -1  # replies from the child
         self._wfd = -1  # messages to the child (non-blocking)
         self._cfd = -1  # take-backs to the child (non-blocking)
+        self._ofd = -1  # what the handler prints (non-blocking)
+        self._pidfd = -1  # readable once the child has exited (-1: not on this system)
+        self._output = Tail()
         self._out = bytearray()  # frames not yet written to _wfd
         self._buffer = FrameBuffer()
         self._poller = select.poll()
@@ -226,6 +247,7 @@ class PythonRunner:
                 head = sent[0]
                 deadline = max(ended, head.sent_at) + timeout if timeout else None
                 frame = self._next_reply(pacer, deadline, timeout, take_back_unwanted)
+                self._pass_output_on()
                 reply = frame if isinstance(frame, Outcome) else self._reply(frame, head.number)
                 if isinstance(reply, Outcome):  # the child is gone: nothing else started
                     sent.popleft()
@@ -351,52 +373,80 @@ class PythonRunner:
             wait = pacer.wait(None if deadline is None else deadline - now)
             if pacer.ticks != ticks:
                 after_tick()
+            if self._pidfd < 0:
+                wait = min(wait, EXIT_CHECK)
+            exited = False
             for fd, event in self._poller.poll(math.ceil(wait * 1000)):
                 if fd == self._rfd:
-                    chunk = os.read(self._rfd, READ_CHUNK)
+                    try:
+                        chunk = os.read(self._rfd, READ_CHUNK)
+                    except BlockingIOError:
+                        continue
                     if not chunk:
                         return self._died()
                     buffer.feed(chunk)
+                elif fd == self._pidfd:
+                    exited = True
+                elif fd == self._ofd:
+                    self._read_output()
                 elif event & select.POLLOUT:
                     self._flush()
                 else:  # POLLERR: the child closed its end (died)
                     self._out.clear()
                     self._poller.modify(self._wfd, 0)
+            if exited or (
+                self._pidfd < 0 and self._proc is not None and self._proc.poll() is not None
+            ):
+                # Its death, not the pipe's EOF, is what counts: a process the handler
+                # forked may hold the pipe open for as long as it lives. What the child
+                # wrote before it died still counts (a reply, then an exit).
+                self._read_rest()
+                if not buffer.has_frame():
+                    return self._died()
 
     def _spawn(self, pacer: Pacer, deadline: float | None, timeout: float | None) -> Outcome | None:
         """Start a child and wait for its 'ready'; an Outcome if it died or timed out."""
         p2c_r, p2c_w = map(_above_stdio, os.pipe())
         c2p_r, c2p_w = map(_above_stdio, os.pipe())
         ctl_r, ctl_w = map(_above_stdio, os.pipe())
+        out_r, out_w = map(_above_stdio, os.pipe())
         theirs = (p2c_r, c2p_w, ctl_r)
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "mq_cli.worker", self.path, self.fmt]
-                + [str(fd) for fd in theirs],
+                _worker_argv(self.path, self.fmt, theirs),
                 stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=out_w,
                 pass_fds=theirs,
-                env=_child_env(),
+                env=handler_environ(self.hide),
                 # Its own process group, so a timeout also kills what the
                 # handler started, and a Ctrl-C in a terminal reaches only
                 # the drain, which decides.
                 start_new_session=True,
             )
         except BaseException:
-            for fd in (p2c_w, c2p_r, ctl_w):
+            for fd in (p2c_w, c2p_r, ctl_w, out_r):
                 os.close(fd)
             raise
         finally:
-            for fd in theirs:
+            for fd in (*theirs, out_w):
                 os.close(fd)
         os.set_blocking(p2c_w, False)
         os.set_blocking(ctl_w, False)
+        os.set_blocking(out_r, False)
+        os.set_blocking(c2p_r, False)
         self._proc, self._wfd, self._rfd, self._cfd = proc, p2c_w, c2p_r, ctl_w
+        self._ofd = out_r
+        self._pidfd = _pidfd(proc.pid)
         self._buffer = FrameBuffer()
         self._out = bytearray()
         self._number = self._taken = 0
         self._poller = select.poll()
         self._poller.register(c2p_r, select.POLLIN)
         self._poller.register(p2c_w, 0)
+        self._poller.register(out_r, select.POLLIN)
+        if self._pidfd >= 0:
+            self._poller.register(self._pidfd, select.POLLIN)
         self._killed = False
         frame = self._next_reply(pacer, deadline, timeout, _nothing)
         if isinstance(frame, Outcome):
@@ -433,10 +483,39 @@ class PythonRunner:
         proc.wait()
         self._forget()
 
+    def _read_rest(self) -> None:
+        """Whatever the (dead) child wrote that we have not read yet."""
+        while True:
+            try:
+                chunk = os.read(self._rfd, READ_CHUNK)
+            except BlockingIOError:
+                return
+            if not chunk:
+                return
+            self._buffer.feed(chunk)
+
+    def _read_output(self) -> None:
+        """Take in what the handler printed so far (its pipe never blocks us)."""
+        try:
+            while chunk := os.read(self._ofd, READ_CHUNK):
+                self._output.add(chunk)
+        except BlockingIOError:
+            return
+        # EOF: the child and all it started closed it; nothing more will come.
+        self._poller.unregister(self._ofd)
+        os.close(self._ofd)
+        self._ofd = -1
+
+    def _pass_output_on(self) -> None:
+        if self._ofd >= 0:
+            self._read_output()
+        self._output.to_stderr()
+
     def _forget(self) -> None:
+        self._pass_output_on()
         # _cfd first: a signal handler (stop) may write to it at any moment.
-        fds = (self._cfd, self._rfd, self._wfd)
-        self._cfd = self._rfd = self._wfd = -1
+        fds = (self._cfd, self._rfd, self._wfd, self._ofd, self._pidfd)
+        self._cfd = self._rfd = self._wfd = self._ofd = self._pidfd = -1
         for fd in fds:
             if fd >= 0:
                 os.close(fd)
@@ -444,6 +523,17 @@ class PythonRunner:
         self._buffer = FrameBuffer()
         self._out = bytearray()
         self._number = self._taken = 0
+
+
+def _pidfd(pid: int) -> int:
+    """A descriptor that polls readable when ``pid`` exits; -1 where Linux < 5.3 has none."""
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is None:
+        return -1
+    try:
+        return int(pidfd_open(pid))
+    except OSError:
+        return -1
 
 
 def _clean(error: object) -> str | None:

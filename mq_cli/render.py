@@ -17,7 +17,33 @@ from .models import Listing, Message, iso
 
 ERROR_WIDTH = 60  # characters of last_error in a table
 HEXDUMP_LIMIT = 4096  # bytes of a binary payload `mq show` dumps
+TEXT_LIMIT = 64 * 1024  # characters of a text payload `mq show` prints (--json: all)
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # not \t \n \r
+# What a terminal obeys instead of showing: C0 and C1 controls (ESC and CSI start
+# clear-screen, retitle and OSC 52 clipboard writes) and the bidi controls that
+# reorder what is shown (an "evil" that reads "live"). Tab and newline are kept.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _json_escaped(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` with every control and bidi character written as an escape (``\\x1b``,
+    ``\\u202e``): safe to show on a terminal, where stored text must never act."""
+    return _UNSAFE.sub(_escaped, text)
+
+
+def printable_json(text: str) -> str:
+    """:func:`printable` for JSON text: the escapes are JSON's (``\\u009b``), so it
+    still decodes to the same value. Outside strings JSON has no such characters."""
+    return _UNSAFE.sub(_json_escaped, text)
 
 
 def table(headers: list[str], rows: list[list[Any]], align: str | None = None) -> str:
@@ -83,7 +109,7 @@ def error_line(error: str | None, width: int = ERROR_WIDTH) -> str:
     if not error:
         return ""
     lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
-    text = lines[-1] if lines else ""
+    text = printable(lines[-1]) if lines else ""
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
@@ -127,7 +153,7 @@ def gc_table(kind: str) -> tuple[TableWriter, Callable[[list[Message], datetime]
         def stalled_rows(batch: list[Message], now: datetime) -> list[list[str]]:
             return [
                 [str(m.id), m.queue, str(m.error_count), since(now, m.created_at),
-                 since(now, m.heartbeat_at), m.owner or "-"]
+                 since(now, m.heartbeat_at), printable(m.owner or "-")]
                 for m in batch
             ]  # fmt: skip
 
@@ -160,20 +186,20 @@ def message_text(message: Message, now: datetime) -> str:
 
     fields = [
         ("id", str(message.id)),
-        ("queue", message.queue),
+        ("queue", printable(message.queue)),
         ("status", message.status),
         ("priority", str(message.priority)),
         ("error_count", str(message.error_count)),
         ("created_at", when(message.created_at)),
         ("available_at", when(message.available_at)),
-        ("unique_key", message.unique_key or "-"),
-        ("owner", message.owner or "-"),
+        ("unique_key", printable(message.unique_key or "-")),
+        ("owner", printable(message.owner or "-")),
         ("heartbeat_at", when(message.heartbeat_at)),
     ]
     lines = [f"{name + ':':<14}{value}" for name, value in fields]
     if message.last_error:
         lines.append("last_error:")
-        lines += ["  " + line for line in message.last_error.splitlines()]
+        lines += ["  " + printable(line) for line in message.last_error.splitlines()]
     else:
         lines.append(f"{'last_error:':<14}-")
     kind, view = payload_view(message.payload or b"")
@@ -192,11 +218,16 @@ def payload_view(payload: bytes) -> tuple[str, str]:
         return "binary, hex dump", hexdump(payload)
     if _CONTROL.search(text):  # would garble or drive the terminal
         return "binary, hex dump", hexdump(payload)
+    if len(text) > TEXT_LIMIT:  # 16 MB on a terminal helps nobody; nor pretty-printing it
+        head = text[:TEXT_LIMIT]
+        left = len(payload) - len(head.encode("utf-8"))
+        note = f"... {left} more bytes left out (--json shows all of it)"
+        return f"text, the first {TEXT_LIMIT} characters", f"{printable(head)}\n{note}"
     try:
-        value = json.loads(text)
-    except ValueError:
-        return "text", text
-    return "JSON", json.dumps(value, indent=2, ensure_ascii=False)
+        pretty = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except (ValueError, RecursionError):  # too deep to parse or indent: shown as it is
+        return "text", printable(text)
+    return "JSON", printable_json(pretty)
 
 
 def hexdump(data: bytes, limit: int = HEXDUMP_LIMIT) -> str:

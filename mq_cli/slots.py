@@ -5,7 +5,7 @@ Slot n of queue Q is the lock file ``LOCK_DIR/Q.n.lock``, held with
 (kill -9 included), so there is never a stale lock to clean up; that is also
 why the files are never deleted (deleting a lock file lets two processes
 hold "the same" slot through different inodes). The holder's pid is written
-into the file for operators (``cat /tmp/mq-1000/mail.0.lock``).
+into the file for operators (``cat ~/.local/state/mq/locks/mail.0.lock``).
 """
 
 from __future__ import annotations

@@ -113,6 +113,10 @@ class FrameBuffer:
         head_len, body_len = PREFIX.unpack_from(self.data)
         return PREFIX.size + head_len + body_len - len(self.data)
 
+    def has_frame(self) -> bool:
+        """Whether a whole frame is waiting (next_frame would return it)."""
+        return len(self.data) >= PREFIX.size and self.missing() <= 0
+
     def next_frame(self) -> tuple[dict[str, object] | None, bytes] | None:
         """The next whole frame: (JSON header, body), or (None, body) for a binary one."""
         if len(self.data) < PREFIX.size:

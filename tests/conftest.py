@@ -62,14 +62,20 @@ class Db:
 
     def run(self, *args: str, input: str | bytes | None = None, env: dict | None = None):
         runner = CliRunner()
-        full_env = {"MQ_CONFIG": None, "MQ_DATABASE_URL": self.url}
+        # Handlers never see MQ_DATABASE_URL (mq keeps credentials from them): test
+        # handlers that look at the database find it in MQ_TEST_DATABASE_URL.
+        full_env = {
+            "MQ_CONFIG": None,
+            "MQ_DATABASE_URL": self.url,
+            "MQ_TEST_DATABASE_URL": self.url,
+        }
         full_env.update(env or {})
         return runner.invoke(cli, list(args), input=input, env=full_env, catch_exceptions=False)
 
     def env(self, **extra: str) -> dict[str, str]:
         """Environment for a real `mq` process against this database."""
         env = {k: v for k, v in os.environ.items() if k not in ("MQ_CONFIG",)}
-        env["MQ_DATABASE_URL"] = self.url
+        env["MQ_DATABASE_URL"] = env["MQ_TEST_DATABASE_URL"] = self.url
         env["PYTHONPATH"] = os.pathsep.join([REPO, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env.update(extra)
         return env
@@ -170,6 +176,9 @@ def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runtime = tmp_path / "xdg-runtime"
     runtime.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    # ... and where XDG_RUNTIME_DIR is dropped (cron's environment), in the test's
+    # own state directory, never in the developer's home.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
     monkeypatch.delenv("MQ_CONFIG", raising=False)
     monkeypatch.delenv("MQ_DATABASE_URL", raising=False)
     monkeypatch.chdir(tmp_path)

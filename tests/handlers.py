@@ -77,6 +77,12 @@ def prints(payload: object) -> None:
     print("and from its stderr", file=sys.stderr)
 
 
+def prints_a_lot(payload: dict) -> None:
+    """Prints payload["size"] bytes, then a last line."""
+    sys.stdout.write("x" * payload["size"] + "\n")
+    print("the last words")
+
+
 def my_pid(payload: dict) -> None:
     _append(payload["file"], os.getpid())
 
@@ -159,3 +165,23 @@ def step(payload: dict) -> None:
         os._exit(payload["exit"])
     if payload.get("fail"):
         raise RuntimeError(payload["fail"] * payload.get("repeat", 1))
+
+
+def forks_and_exits(payload: dict) -> None:
+    """Leaves a child (holding every pipe the worker has) and exits the worker."""
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(payload.get("sleep", 60))
+        os._exit(0)
+    with open(payload["file"], "w") as out:
+        out.write(str(pid))
+    os._exit(7)
+
+
+def fills_the_disk(payload: dict) -> None:
+    """The drain's database file can grow no more (RLIMIT_FSIZE on the drain, our
+    parent), as on a full disk: its acknowledgement of this message fails."""
+    import resource
+
+    size = os.path.getsize(payload["wal"])
+    resource.prlimit(os.getppid(), resource.RLIMIT_FSIZE, (size, size))

@@ -61,7 +61,7 @@ def notify_record(messages: list) -> None:
     import mq_cli
 
     queue = handlers.current_message().queue
-    with mq_cli.connect(database=os.environ["MQ_DATABASE_URL"]) as mq:
+    with mq_cli.connect(database=os.environ["MQ_TEST_DATABASE_URL"]) as mq:
         counts = mq.stats(queue)[queue].to_json()
     _log(messages, queue=queue, counts=counts)
 
@@ -74,5 +74,10 @@ def notify_finish_first(messages: list) -> None:
     """A callback during which the first message finishes (deleted as its drain would)."""
     import mq_cli
 
-    with mq_cli.connect(database=os.environ["MQ_DATABASE_URL"]) as mq:
+    with mq_cli.connect(database=os.environ["MQ_TEST_DATABASE_URL"]) as mq:
         mq.delete([messages[0]["id"]], force=True)
+
+
+def record_time(payload: object) -> None:
+    """Logs when it started (time.time()), for wake-up latencies."""
+    _log(payload, t=time.time())

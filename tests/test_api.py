@@ -71,6 +71,26 @@ def test_enqueue_bytes_on_a_json_queue_is_stored_as_is(db):
     assert rows(db) == [(new_id, b'{"as":  "is"}')]
 
 
+def test_too_deeply_nested_json_is_rejected_by_the_api(db):
+    deep_bytes = b"[" * 100_000 + b"]" * 100_000
+    deep_value: list = []
+    for _ in range(100_000):
+        deep_value = [deep_value]
+    with mq_cli.connect(database=db.url) as mq:
+        for payload in (deep_bytes, deep_value):
+            with pytest.raises(InputRejected, match="too deeply nested"):
+                mq.enqueue("q", payload)
+        with pytest.raises(InputRejected, match="item 2: too deeply nested"):
+            list(mq.enqueue_stream("q", [("item 1", b"[1]"), ("item 2", deep_bytes)]))
+    conn = app_connection(db)
+    try:
+        with pytest.raises(InputRejected, match="too deeply nested"):
+            mq_cli.enqueue("q", deep_value, connection=conn)
+    finally:
+        conn.close()
+    assert rows(db) == [(rows(db)[0][0], b"[1]")]
+
+
 def test_enqueue_many(db):
     values = [{"n": n} for n in range(2500)]
     with mq_cli.connect(database=db.url) as mq:
@@ -336,3 +356,12 @@ def test_every_error_is_an_mq_error():
                   mq_cli.PayloadTooLarge, mq_cli.HandlerNotFound):  # fmt: skip
         assert issubclass(error, MqError)
     assert (ConfigError.exit_code, InputRejected.exit_code, SchemaMissing.exit_code) == (2, 1, 3)
+
+
+def test_every_documented_error_is_exported():
+    import mq_cli
+
+    for name in ("MqError", "ConfigError", "InputRejected", "PayloadTooLarge", "NotFound",
+                 "DatabaseError", "SchemaMissing", "HandlerNotFound"):  # fmt: skip
+        assert issubclass(getattr(mq_cli, name), mq_cli.MqError), name
+        assert name in mq_cli.__all__

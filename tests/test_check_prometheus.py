@@ -43,6 +43,32 @@ def test_check_finds_each_problem(db, tmp_path):
     assert any("queue mail" in line for line in failed)
 
 
+def test_check_warns_about_standard_library_handlers(sqlite_db, tmp_path):
+    (tmp_path / "reexport.py").write_text("from subprocess import getoutput as run\n")
+    (tmp_path / "mq.yaml").write_text(
+        "queues:\n"
+        "  a: {handler: 'os:system'}\n"
+        "  b: {handler: 'builtins:print'}\n"
+        "  c: {handler: 'reexport:run'}\n"  # the standard library under another name
+        "  d: {handler: 'json.decoder:JSONDecoder.decode'}\n"
+        "  mine: {handler: 'tests.jobs:record'}\n"
+        "defaults: {on_failed: 'os:abort'}\n"
+    )
+    result = sqlite_db.run("init")
+    result = sqlite_db.run("check")
+    assert result.exit_code == 0, result.output  # a warning, not a failure
+    lines = result.stdout.splitlines()
+    warned = [line for line in lines if line.startswith("warn")]
+    for queue, origin in (("a", "(os)"), ("b", "(builtins)"), ("c", "(subprocess)"),
+                          ("d", "(json.decoder)")):  # fmt: skip
+        assert any(f"queue {queue} " in line and "handler" in line and origin in line
+                   for line in warned), (queue, result.stdout)  # fmt: skip
+    assert sum("on_failed os:abort" in line for line in warned) == 5
+    assert any(line.startswith("ok") and "queue mine" in line and "importable" in line
+               for line in lines)  # fmt: skip
+    assert not any("queue mine" in line and "handler tests.jobs" in line for line in warned)
+
+
 def test_check_reports_missing_schema(mysql_db):
     result = mysql_db.run("check")
     assert result.exit_code == 1
@@ -132,3 +158,18 @@ def test_stats_json_is_unchanged_by_prometheus(db, tmp_path):
     result = db.run("stats", "--json", "--prometheus", str(out))
     assert json.loads(result.stdout)["jobs"]["ready"] == 1
     assert out.exists()
+
+
+def test_check_warns_about_a_handler_found_only_in_the_current_directory(db, tmp_path, monkeypatch):
+    module = f"cwdonly_{os.getpid()}_{db.kind}"
+    (tmp_path / f"{module}.py").write_text("def run(payload):\n    return None\n")
+    (tmp_path / "mq.yaml").write_text(f"queues:\n  jobs: {{handler: '{module}:run'}}\n")
+    result = db.run("check")
+    assert result.exit_code == 0, result.output  # a warning, not a failure
+    line = next(x for x in result.stdout.splitlines() if "queue jobs" in x)
+    assert line.startswith("warn") and f"PYTHONPATH={tmp_path}" in line
+    # as the crontab would set it: no warning
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    again = db.run("check")
+    line = next(x for x in again.stdout.splitlines() if "queue jobs" in x)
+    assert line.startswith("ok") and "importable" in line

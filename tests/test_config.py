@@ -182,6 +182,9 @@ def test_inherited_format_decides_what_enqueue_accepts(tmp_path: Path):
         ("2d", 172800.0),
         ("1.5h", 5400.0),
         ("'90'", 90.0),
+        ("1h30m", 5400.0),  # what `mq list` prints ("available in 1h29m") can be given back
+        ("2d04h", 187200.0),
+        ("1m30s", 90.0),
     ],
 )
 def test_durations(tmp_path: Path, written: str, seconds: float):
@@ -192,7 +195,7 @@ def test_durations(tmp_path: Path, written: str, seconds: float):
 
 @pytest.mark.parametrize(
     "written",
-    ["5x", "-5", "-1s", "abc", "''", "1h30m", "5 minutes", "true", "[1]", "{a: 1}", ".nan",
+    ["5x", "-5", "-1s", "abc", "''", "30m1h", "1h1h", "5 minutes", "true", "[1]", "{a: 1}", ".nan",
      ".inf", "99999999999999999999d", "1e400", "36501d"],
 )  # fmt: skip
 def test_bad_durations_name_key_and_line(tmp_path: Path, written: str):
@@ -315,6 +318,29 @@ def test_invalid_yaml_names_the_line(tmp_path: Path, text: str, named: str):
     assert named in result.stderr
     assert "invalid YAML" in result.stderr
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "!!python/name:os.system",
+        "!!python/object/apply:os.system ['touch {marker}']",
+        "!!python/object/new:os.system [touch {marker}]",
+        "!!binary notbase64",
+    ],
+)
+def test_python_tags_are_a_config_error_and_run_nothing(tmp_path: Path, value: str):
+    marker = tmp_path / "ran"
+    write(tmp_path / "mq.yaml", f"table: jobs\nqueues:\n  a:\n    handler: {value}\n")
+    (tmp_path / "mq.yaml").write_text(
+        (tmp_path / "mq.yaml").read_text().replace("{marker}", str(marker))
+    )
+    for args in (["init", "--print-sql"], ["stats"], ["drain", "-q", "a"]):
+        result = mq(*args)
+        assert result.exit_code == 2, result.output
+        assert "mq.yaml, line 4: " in result.stderr  # invalid YAML, or not a handler
+        assert "internal error" not in result.output and "Traceback" not in result.output
+    assert not marker.exists()
 
 
 @pytest.mark.parametrize(

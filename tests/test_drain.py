@@ -311,3 +311,53 @@ def test_an_empty_queue_starts_no_worker(db):
     # would fail in a worker, so exit 0 shows none was started.
     result = db.run("drain", "-q", "jobs", "--handler", "tests.handlers:BreaksOnBuild")
     assert result.exit_code == 0, result.output
+
+
+def test_quiet_retries_log_only_failures_for_good(db, ran, tmp_path):
+    config(
+        tmp_path,
+        "queues:\n  q:\n    handler: 'tests.jobs:fail_when_asked'\n    max_errors: 3\n"
+        "    retry_delay: 1s\n    quiet_retries: true\n",
+    )
+    enqueue(db, "q", '{"fail": true, "n": 1}')
+    first = db.run("drain", "-q", "q")
+    assert first.exit_code == 0, first.output
+    assert first.stderr == ""  # to be retried: nothing for cron to mail
+    assert rows(db, "q")[0][1:3] == ("ready", 1)
+    time.sleep(1.2)
+    shown = db.run("-v", "drain", "-q", "q")
+    assert "failed (attempt 2 of 3" in shown.stderr  # -v still shows each attempt
+    time.sleep(2.2)
+    last = db.run("drain", "-q", "q")
+    assert "failed for good after 3 attempt(s)" in last.stderr
+    assert rows(db, "q")[0][1:3] == ("failed", 3)
+
+
+def test_handler_prints_never_reach_the_json_summary(db, tmp_path):
+    """A real `mq drain --json` process: stdout is the summary alone, whatever the
+    handler prints; the end of its output goes to stderr."""
+    payload = json.dumps({"size": 3_000_000})
+    assert db.run("enqueue", "-q", "p", payload, payload).exit_code == 0
+    proc = db.spawn("drain", "-q", "p", "--handler", "tests.handlers:prints_a_lot", "--json")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    summary = json.loads(out)
+    assert summary["succeeded"] == 2
+    assert err.decode().count("the last words") == 2
+    assert len(err) < 100_000
+
+
+def test_a_full_disk_during_a_drain_says_how_to_recover(sqlite_db):
+    """exit 3 with the hint: the message stays processing and gc recovers it."""
+    db = sqlite_db
+    assert db.run("init").exit_code == 0
+    wal = f"{db.tmp / 'mq.db'}-wal"
+    enqueue(db, "full", json.dumps({"wal": wal}))
+    proc = db.spawn("drain", "-q", "full", "--handler", "tests.handlers:fills_the_disk")
+    out, err = proc.communicate(timeout=60)
+    text = err.decode()
+    assert proc.returncode == 3, text
+    assert "SQLite database" in text and "Traceback" not in text
+    assert "stays processing" in text and "mq gc --stalled --requeue" in text
+    assert len(text.strip().splitlines()) == 2
+    assert [r[0] for r in db.sql("SELECT status FROM mq_messages")] == ["processing"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import time
 from pathlib import Path
 
@@ -213,8 +214,8 @@ def test_database_gone_for_good_exits_3_and_leaves_messages_for_gc(mysql_db, log
 
 def test_drain_from_a_bare_cron_environment(db, log, tmp_path):
     """cron runs jobs with a minimal environment: no HOME-based XDG vars, a bare PATH."""
-    # No XDG_RUNTIME_DIR under cron: the slots are in /tmp/mq-<uid>, shared with
-    # anything else on this host, so the queue name is this test's own.
+    # No XDG_RUNTIME_DIR under cron: the slots are in ~/.local/state/mq/locks,
+    # not in shared /tmp (where another user could take /tmp/mq-<uid> first).
     queue = f"cron-{os.getpid()}-{time.monotonic_ns()}"
     (tmp_path / "mq.yaml").write_text(f"queues:\n  {queue}: {{handler: 'tests.jobs:record'}}\n")
     enqueue_many(db, queue, ['"a"', '"b"'])
@@ -231,3 +232,72 @@ def test_drain_from_a_bare_cron_environment(db, log, tmp_path):
         out, err = drain.communicate(timeout=30)
     assert (drain.returncode, out, err) == (0, b"", b"")
     assert [r["payload"] for r in ran(log)] == ["a", "b"]
+    locks = tmp_path / ".local" / "state" / "mq" / "locks"
+    assert [p.name for p in locks.iterdir()] == [f"{queue}.0.lock"]
+    assert stat.S_IMODE(locks.stat().st_mode) == 0o700
+    assert not Path(f"/tmp/mq-{os.getuid()}", f"{queue}.0.lock").exists()
+
+
+# -- one command, every slot: --processes --------------------------------------------
+
+
+def test_processes_0_fills_every_slot_and_sums_the_reports(db, log, tmp_path):
+    (tmp_path / "mq.yaml").write_text(
+        "queues:\n  jobs: {handler: 'tests.jobs:sleepy', concurrency: 3, batch_size: 2}\n"
+    )
+    enqueue_many(db, "jobs", [json.dumps({"n": i, "sleep": 0.02}) for i in range(90)])
+    parent = db.spawn("drain", "-q", "jobs", "--processes", "0", "--json",
+                      env=db.env(MQ_TEST_LOG=str(log)))  # fmt: skip
+    out, err = parent.communicate(timeout=120)
+    assert parent.returncode == 0, err
+    report = json.loads(out)
+    assert report["processes"] == 3
+    assert (report["claimed"], report["succeeded"], report["failed"]) == (90, 90, 0)
+    assert report["queues"] == ["jobs"] and report["busy"] == []
+    runs = ran(log)
+    assert sorted(r["payload"]["n"] for r in runs) == list(range(90))
+    assert len({r["pid"] for r in runs}) == 3  # three drains, side by side
+    assert status_counts(db) == {}
+
+
+def test_more_processes_than_slots_leave_the_rest_busy(db, log, tmp_path):
+    (tmp_path / "mq.yaml").write_text(
+        "queues:\n  jobs: {handler: 'tests.jobs:sleepy', concurrency: 2}\n"
+    )
+    enqueue_many(db, "jobs", [json.dumps({"n": i, "sleep": 0.05}) for i in range(20)])
+    parent = db.spawn("drain", "-q", "jobs", "--processes", "5",
+                      env=db.env(MQ_TEST_LOG=str(log)))  # fmt: skip
+    out, err = parent.communicate(timeout=120)
+    assert (parent.returncode, out, err) == (0, b"", b"")  # silent, as a cron drain
+    assert sorted(r["payload"]["n"] for r in ran(log)) == list(range(20))
+    assert len({r["pid"] for r in ran(log)}) <= 2
+
+
+def test_processes_report_the_worst_exit_code_and_refuse_max_messages(db, tmp_path):
+    (tmp_path / "mq.yaml").write_text("queues:\n  jobs: {handler: 'no.such.module:f'}\n")
+    enqueue_many(db, "jobs", ['{"n": 1}'])
+    parent = db.spawn("drain", "--processes", "2")
+    _, err = parent.communicate(timeout=60)
+    assert parent.returncode == 2, err
+    assert b"no.such.module" in err and b"Traceback" not in err
+    refused = db.run("drain", "-q", "jobs", "--processes", "2", "--max-messages", "5")
+    assert refused.exit_code == 2 and "--max-seconds" in refused.stderr
+    assert status_counts(db) == {"ready": 1}
+
+
+def test_sigterm_reaches_every_drain(db, log, tmp_path):
+    (tmp_path / "mq.yaml").write_text(
+        "queues:\n  jobs: {handler: 'tests.jobs:sleepy', concurrency: 2, batch_size: 5}\n"
+    )
+    enqueue_many(db, "jobs", [json.dumps({"n": i, "sleep": 1}) for i in range(20)])
+    parent = db.spawn("drain", "-q", "jobs", "--processes", "0", "--json",
+                      env=db.env(MQ_TEST_LOG=str(log)))  # fmt: skip
+    wait_for(lambda: status_counts(db).get("processing", 0) >= 10)
+    parent.send_signal(signal.SIGTERM)
+    out, err = parent.communicate(timeout=60)
+    assert parent.returncode == 0, err
+    report = json.loads(out)
+    assert report["succeeded"] == len(ran(log)) <= 4  # each drain finished its running one
+    assert report["claimed"] >= 10  # both drains held a batch when the signal came
+    assert report["returned"] == report["claimed"] - report["succeeded"]
+    assert status_counts(db) == {"ready": 20 - report["succeeded"]}

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -147,6 +150,24 @@ def test_invalid_json_on_line_n(db):
     assert stored(db) == [(ids[0], b'{"n": 1}'), (ids[1], b'{"n": 2}')]
 
 
+@pytest.mark.parametrize("depth", [985, 100_000])
+def test_too_deeply_nested_json_is_a_rejected_line(db, depth):
+    deep = "[" * depth + "]" * depth
+    text = f'{{"n": 1}}\n{{"n": 2}}\n{deep}\n{{"n": 4}}\n'
+    result = db.run("enqueue", "-q", "q", "--lines", input=text)
+    assert result.exit_code == 1, result.output
+    assert "line 3: too deeply nested" in result.stderr
+    assert "internal error" not in result.stderr and "Traceback" not in result.output
+    ids = ids_of(result)
+    assert stored(db) == [(ids[0], b'{"n": 1}'), (ids[1], b'{"n": 2}')]
+    # one argument, and the whole of stdin, the same way
+    for args, given in ((["enqueue", "-q", "q", deep], None), (["enqueue", "-q", "q"], deep)):
+        result = db.run(*args, input=given)
+        assert result.exit_code == 1, result.output
+        assert "too deeply nested" in result.stderr
+    assert count(db) == 2
+
+
 def test_invalid_json_line_number_counts_blank_lines(db):
     result = db.run("enqueue", "-q", "q", "--lines", input='{"n": 1}\n\n\nnope\n{"n": 5}\n')
     assert result.exit_code == 1
@@ -232,7 +253,7 @@ def test_delay_stores_a_future_available_at_and_counts_as_delayed(db):
     assert stats["q"]["oldest_ready_seconds"] is None
 
 
-@pytest.mark.parametrize("delay", ["5x", "-1", "1h30m", "soon", "36501d"])
+@pytest.mark.parametrize("delay", ["5x", "-1", "30m1h", "soon", "36501d"])
 def test_bad_delay_is_exit_2(db, delay: str):
     result = db.run("enqueue", "-q", "q", "--delay", delay, "{}")
     assert result.exit_code == 2, result.output
@@ -396,3 +417,43 @@ def test_several_big_payloads_are_split_across_statements(mariadb, tmp_path: Pat
     assert result.exit_code == 0, result.output
     ids = ids_of(result)
     assert stored(mariadb, "blobs") == list(zip(ids, items, strict=True))
+
+
+def test_a_compound_delay_as_mq_prints_it(db):
+    # `mq list` shows "available in 1h29m": the same form is accepted back.
+    result = db.run("enqueue", "-q", "q", "--delay", "1h30m", "{}")
+    assert result.exit_code == 0, result.output
+    shown = json.loads(db.run("show", result.stdout.strip(), "--json").stdout)
+    created, available = (
+        datetime.fromisoformat(shown[key].replace("Z", "+00:00"))
+        for key in ("created_at", "available_at")
+    )
+    assert (available - created).total_seconds() == pytest.approx(5400, abs=1)
+
+
+def test_a_long_line_through_a_pipe_takes_linear_time(sqlite_db):
+    """--lines reads a pipe in 64 KiB pieces; scanning the whole line again for each
+    piece made 50 MB take 20 s (100 MB: 84 s). Linear, it takes about a second."""
+    size = 48_000_000
+    writer = subprocess.Popen(
+        [sys.executable, "-c",
+         f"import sys; w = sys.stdout.buffer; w.write(b'\"' + b'x' * {size} + b'\"\\n'); "
+         "w.write(b'{\"n\": 2}\\n')"],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "mq_cli", "enqueue", "-q", "q", "--lines"],
+            stdin=writer.stdout, capture_output=True, env=sqlite_db.env(), cwd=sqlite_db.tmp,
+            timeout=120,
+        )  # fmt: skip
+    finally:
+        assert writer.stdout is not None
+        writer.stdout.close()
+        writer.wait()
+    seconds = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.split()) == 2
+    assert [len(p) for _, p in stored(sqlite_db)] == [size + 2, 8]
+    assert seconds < 10, f"{seconds:.1f}s for one {size // 1_000_000} MB line"

@@ -187,13 +187,46 @@ def test_module_in_the_working_directory(make, tmp_path):
     assert out.read_text() == "done"
 
 
-def test_handler_output_reaches_our_stdout_and_stderr(make, capfd):
+def test_handler_output_reaches_our_stderr_not_our_stdout(make, capfd):
+    # Our stdout belongs to `mq drain --json`; a handler's prints are a log.
     runner = make("tests.handlers:prints")
     assert run(runner).ok
     assert run(runner).ok  # the protocol survived the prints
     captured = capfd.readouterr()
-    assert captured.out.count("hello from a handler") == 2
-    assert "and from its stderr" in captured.err
+    assert captured.out == ""
+    assert captured.err.count("hello from a handler") == 2
+    assert captured.err.count("and from its stderr") == 2
+
+
+def test_a_handler_printing_megabytes_passes_on_only_its_end(make, capfd):
+    runner = make("tests.handlers:prints_a_lot")
+    assert run(runner, {"size": 5_000_000}).ok
+    assert run(runner, {"size": 10}).ok
+    captured = capfd.readouterr()
+    assert captured.out == ""
+    assert len(captured.err) < 40_000
+    assert captured.err.count("the last words") == 2
+    assert "earlier bytes left out" in captured.err
+
+
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "no-pidfd"])
+@pytest.mark.parametrize("timeout", [0, 30.0])
+def test_a_handler_that_forks_and_exits_is_a_death_not_a_timeout(
+    make, tmp_path, monkeypatch, timeout, pidfd
+):
+    if not pidfd:  # Linux before 5.3: the runner looks at the pid now and then
+        monkeypatch.setattr("mq_cli.pyrunner._pidfd", lambda pid: -1)
+    # Its child inherits the worker's end of our pipe, so no EOF comes while it
+    # lives (15 s): the death must be seen from the worker's pid.
+    runner = make("tests.handlers:forks_and_exits")
+    pid_file = tmp_path / "forked"
+    started = time.monotonic()
+    outcome = run(runner, {"file": str(pid_file), "sleep": 15}, timeout=timeout or None)
+    assert time.monotonic() - started < 10
+    assert not outcome.ok and not outcome.timed_out
+    assert outcome.error == "handler process died: exit code 7"
+    assert wait_dead(int(pid_file.read_text()))  # what it started died with it
+    assert run(make("tests.handlers:ok")).ok
 
 
 def test_async_handler_is_awaited(make, tmp_path):

@@ -144,6 +144,22 @@ def test_show_text_and_binary_payloads(db):
     assert re.search(r"^00000000  00 01 02 03 04 05 06 07  08 09 0a", result.stdout, re.MULTILINE)
 
 
+def test_show_cuts_a_huge_text_payload_and_says_how_to_get_all(db):
+    big = ("é" + "x" * 99) * 80_000  # 8 MB of text, a JSON string
+    (ident,) = enqueue(db, "raw", json.dumps(big, ensure_ascii=False).encode())
+    result = db.run("show", str(ident))
+    assert result.exit_code == 0, result.output[:300]
+    assert len(result.stdout) < 100_000
+    size = len(json.dumps(big, ensure_ascii=False).encode())
+    shown = 64 * 1024
+    left = size - len(json.dumps(big, ensure_ascii=False)[:shown].encode())
+    assert f"payload ({size} bytes, text, the first {shown} characters):" in result.stdout
+    assert result.stdout.rstrip().endswith(
+        f"... {left} more bytes left out (--json shows all of it)"
+    )
+    assert json.loads(json.loads(db.run("show", str(ident), "--json").stdout)["payload"]) == big
+
+
 def test_show_json_per_contract(db):
     text_id, binary_id = enqueue(db, "raw", b'{"a": 1}', b"\xff\xfe\x00binary")
     result = db.run("show", str(text_id), "--json")
@@ -261,10 +277,36 @@ def test_purge_deletes_the_whole_queue_with_its_tombstones(db):
     fail(db, "jobs", 1)
     tombstone(db, "jobs")
     (other,) = enqueue(db, "other", b'"keep"')
-    result = db.run("purge", "-q", "jobs", "--yes")
+    result = db.run("purge", "-q", "jobs", "--yes", "--force")
     assert result.exit_code == 0, result.output
     assert "deleted 3 message(s) from queue jobs" in result.stdout
     assert [r[0] for r in rows(db)] == [other]
+
+
+def test_purge_keeps_what_a_drain_may_be_running_unless_forced(db):
+    enqueue(db, "jobs", b'"a"', b'"b"', b'"c"')
+    (held,) = claim(db, "jobs", 1)
+    result = db.run("purge", "-q", "jobs", "--yes")
+    assert result.exit_code == 0, result.output
+    assert "deleted 2 message(s) from queue jobs" in result.stdout
+    assert "kept 1 processing message(s)" in result.stdout and "--force" in result.stdout
+    assert [(r[0], r[1]) for r in rows(db)] == [(held, "processing")]
+    refused = db.run("purge", "-q", "jobs", "--status", "processing", "--yes")
+    assert refused.exit_code == 2
+    assert "--force" in refused.stderr and "gc --stalled --delete" in refused.stderr
+    assert len(rows(db)) == 1
+    forced = db.run("purge", "-q", "jobs", "--status", "processing", "--yes", "--force")
+    assert forced.exit_code == 0, forced.output
+    assert rows(db) == []
+
+
+def test_purge_of_an_unknown_empty_queue_says_so(db):
+    enqueue(db, "jobs", b'"a"')
+    result = db.run("purge", "-q", "jbos", "--yes")
+    assert result.exit_code == 0, result.output
+    assert "queue jbos holds no messages and is not in the config" in result.stderr
+    assert "jobs" in result.stderr
+    assert len(rows(db)) == 1
 
 
 def test_purge_one_status(db):
@@ -306,3 +348,61 @@ def test_purge_asks_at_a_terminal(db, monkeypatch):
     result = db.run("purge", "-q", "jobs", input="y\n")
     assert result.exit_code == 0, result.output
     assert rows(db) == []
+
+
+# -- stored text never drives the terminal ----------------------------------------------------
+
+HOSTILE = (
+    "cr\rnul\x00del\x7f clear\x1b[2J retitle\x1b]0;pwned\x07 clip\x1b]52;c;aGVsbG8=\x07 "
+    "csi\x9b31m bidi\u202eevil\u202c iso\u2066x\u2069 marks\u200e\u200f\u061c"
+)
+RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def test_controls_and_bidi_in_stored_text_are_escaped_in_every_view(db):
+    (ident,) = enqueue(
+        db, "jobs", json.dumps({"t": HOSTILE}, ensure_ascii=False).encode(), unique_key=HOSTILE
+    )
+    (text_id,) = enqueue(db, "raw", "csi\x9b31m bidi\u202eevil\u202c".encode())
+    (json_id,) = enqueue(db, "raw", '{"t": "csi\x9b31m bidi\u202eevil"}'.encode())
+    fail(db, "jobs", 1, error=f"Traceback ...\nValueError: {HOSTILE}")
+    # owner is ASCII in MariaDB: the C0 controls only
+    db.sql("UPDATE mq_messages SET owner = %s WHERE id = %s", ("h\x1b]0;pwned\x07:1:a", ident))
+    views = {
+        "list": db.run("list", "-q", "jobs"),
+        "gc": db.run("gc", "--errors"),
+        "show": db.run("show", str(ident)),
+        "show text": db.run("show", str(text_id)),
+        "show json": db.run("show", str(json_id)),
+    }
+    for name, result in views.items():
+        assert result.exit_code == 0, (name, result.output)
+        assert not RAW.search(result.output), (name, result.output)
+    for name in ("list", "gc"):  # the last line of last_error, cut to the column
+        assert "nul\\x00del\\x7f clear\\x1b[2J retitle\\x1b]0;" in views[name].stdout
+    assert "\\x9b31m" in views["show text"].stdout
+    assert '"t": "csi\\u009b31m bidi\\u202eevil"' in views["show json"].stdout  # still JSON
+    show = views["show"].stdout
+    assert "bidi\\u202eevil" in show  # the payload's JSON view: JSON's own escape
+    assert re.search(r"^unique_key:\s+cr\\x0dnul\\x00del\\x7f clear\\x1b\[2J", show, re.M)
+    assert "  nul\\x00del\\x7f clear\\x1b[2J" in show  # a line of last_error
+    assert "\\x1b]52;c;" in show and "bidi\\u202eevil\\u202c" in show
+    assert re.search(r"^owner:\s+h\\x1b\]0;pwned\\x07:1:a$", show, re.M)
+    # JSON output: escaped, still valid, and decodes to the very same strings
+    for args in (["list", "-q", "jobs"], ["gc", "--errors"], ["show", str(ident)]):
+        result = db.run(*args, "--json")
+        assert result.exit_code == 0, result.output
+        assert not RAW.search(result.stdout) and "\\u009b" in result.stdout
+        decoded = json.loads(result.stdout)
+        entry = decoded if isinstance(decoded, dict) else decoded[0]
+        assert entry["unique_key"] == HOSTILE
+        assert entry["last_error"].endswith(HOSTILE)
+
+
+def test_a_failing_handlers_error_is_escaped_in_the_drains_log(db, tmp_path):
+    (tmp_path / "hostile.py").write_text(f"def fail(payload):\n    raise ValueError({HOSTILE!r})\n")
+    enqueue(db, "jobs", b"{}")
+    result = db.run("drain", "-q", "jobs", "--handler", "hostile:fail")
+    assert result.exit_code == 0, result.output
+    assert "nul\\x00del\\x7f clear\\x1b[2J retitle\\x1b]0;" in result.stderr
+    assert not RAW.search(result.stderr), result.stderr

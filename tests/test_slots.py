@@ -209,3 +209,29 @@ def test_bad_queue_names(lock_dir, queue):
 def test_concurrency_must_be_positive(lock_dir):
     with pytest.raises(ConfigError, match="at least 1"):
         acquire(lock_dir, "q", 0)
+
+
+def test_the_default_lock_dir_is_per_user_and_never_in_tmp(tmp_path, monkeypatch):
+    from mq_cli.config import default_lock_dir, load_config
+
+    runtime = tmp_path / "run"
+    runtime.mkdir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    assert load_config().lock_dir == str(runtime / "mq")
+    # cron sets no XDG_RUNTIME_DIR (and one that does not exist counts as none)
+    for value in (None, str(tmp_path / "gone")):
+        if value is None:
+            monkeypatch.delenv("XDG_RUNTIME_DIR")
+        else:
+            monkeypatch.setenv("XDG_RUNTIME_DIR", value)
+        monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+        assert default_lock_dir() == str(tmp_path / "state" / "mq" / "locks")
+        monkeypatch.delenv("XDG_STATE_HOME")
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        assert default_lock_dir() == str(tmp_path / "home" / ".local" / "state" / "mq" / "locks")
+        assert not default_lock_dir().startswith("/tmp/mq-")
+    slot = acquire(default_lock_dir(), "q", 1)
+    assert slot is not None
+    slot.release()
+    for part in ("home/.local/state", "home/.local/state/mq", "home/.local/state/mq/locks"):
+        assert stat.S_IMODE((tmp_path / part).stat().st_mode) == 0o700, part

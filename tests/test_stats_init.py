@@ -138,6 +138,29 @@ def test_missing_schema_on_mariadb_says_run_mq_init(mysql_db, args: list[str]):
 # -- stats --------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("content", ["empty", "another program's database"])
+def test_readers_never_make_an_existing_sqlite_file_a_queue(sqlite_db, content):
+    path = sqlite_db.tmp / "mq.db"
+    if content == "empty":
+        path.touch()
+    else:
+        conn = sqlite3.connect(path)
+        conn.execute("CREATE TABLE theirs (x)")
+        conn.close()
+    before = path.read_bytes()
+    for args in (["stats"], ["stats", "--json"], ["list", "-q", "q"], ["show", "1"],
+                 ["gc", "--errors"], ["gc", "--stalled", "--check"]):  # fmt: skip
+        result = sqlite_db.run(*args)
+        assert result.exit_code == 3, (args, result.output)
+        assert "has no mq schema" in result.stderr and "mq init" in result.stderr
+        assert "Traceback" not in result.output
+    assert path.read_bytes() == before  # not even switched to WAL
+    assert not Path(f"{path}-wal").exists()
+    assert sqlite_db.run("init").exit_code == 0
+    result = sqlite_db.run("stats", "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout) == {}
+
+
 def test_stats_json_shape(db):
     enqueue(db, "a", "[1]")
     enqueue(db, "a", "[2]")

@@ -7,7 +7,12 @@ from .base import Backend
 
 
 def open_backend(
-    settings: DatabaseSettings, table: str, *, create: bool | None = None, auto_init: bool = True
+    settings: DatabaseSettings,
+    table: str,
+    *,
+    create: bool | None = None,
+    auto_init: bool = True,
+    reading: bool = False,
 ) -> Backend:
     """Connect to the database ``settings`` describe.
 
@@ -15,12 +20,19 @@ def open_backend(
     embedded default must work with zero setup), no for MySQL (`mq init` does it,
     with a user allowed to create tables). ``auto_init`` False: only make the
     SQLite file's directory, and leave creating the schema to the caller (`mq init`).
+    ``reading``: for commands that only read, which create the schema only in a
+    SQLite file that did not exist.
     """
     if settings.kind == "sqlite":
         from .sqlite import SqliteBackend
 
-        create = True if create is None else create
-        return SqliteBackend(settings, table, create=create, auto_init=auto_init)
+        return SqliteBackend(
+            settings,
+            table,
+            create=True if create is None else create,
+            auto_init=auto_init,
+            create_in_existing=not reading,
+        )
     from .mysql import MysqlBackend
 
     return MysqlBackend(settings, table, create=bool(create) and auto_init)

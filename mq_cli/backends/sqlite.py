@@ -14,6 +14,7 @@ from ..errors import DatabaseError, MqError, SchemaMissing
 from .base import SCHEMA_VERSION
 from .sqlcore import SqlBackend, Tx, chunks, insert_each
 from .sqlcore import queries as dialect_queries
+from .sqlite_wal import WalGuard
 
 # Two writer processes on one file are served unfairly (FIELD-NOTES, trap 5): a
 # claim may wait seconds for its turn. Only a long busy timeout keeps
@@ -55,13 +56,24 @@ class SqliteBackend(SqlBackend):
     retries = 0
 
     def __init__(
-        self, settings: DatabaseSettings, table: str, *, create: bool = True, auto_init: bool = True
+        self,
+        settings: DatabaseSettings,
+        table: str,
+        *,
+        create: bool = True,
+        auto_init: bool = True,
+        create_in_existing: bool = True,
     ):
+        """``create``: make the file and the schema if missing (``auto_init`` False:
+        only the file's directory, `mq init` makes the rest); ``create_in_existing``
+        False: only in a file this call made (a reader never turns an empty file or
+        another program's database into a queue)."""
         assert settings.path
         self.settings = settings
         self.table = table
         self.path = settings.path
         self._sql = queries(table)
+        self._wal = WalGuard(self.path)
         if create:
             directory = os.path.dirname(os.path.abspath(self.path))
             try:
@@ -72,19 +84,28 @@ class SqliteBackend(SqlBackend):
                 ) from None
         elif not os.path.exists(self.path):
             raise SchemaMissing(f"{self.path} does not exist: run `mq init` first")
+        existed = os.path.exists(self.path)
         with self._errors():
             self.conn = sqlite3.connect(
                 self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
             )
             self.conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
+            version = self.schema_version()
+            if version is None and existed and not create_in_existing:
+                # Before the WAL pragma below, which would write to the file.
+                self.conn.close()
+                raise SchemaMissing(
+                    f"{self.path} has no mq schema (no table {table!r}; an empty file?): "
+                    "run `mq init` if it is the right file"
+                )
             if self.conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                 self.conn.execute("PRAGMA journal_mode = WAL")
             self.conn.execute("PRAGMA synchronous = NORMAL")
-        if create and auto_init:
-            version = self.schema_version()
-            if version is None or version < SCHEMA_VERSION:
-                # The embedded default needs no setup, upgrades included.
-                self.init_schema()
+            self.schema_version()  # a read: the connection has opened -wal and -shm
+        self._wal.remember()
+        if create and auto_init and (version is None or version < SCHEMA_VERSION):
+            # The embedded default needs no setup, upgrades included.
+            self.init_schema()
 
     # -- the dialect ------------------------------------------------------------
 
@@ -101,7 +122,10 @@ class SqliteBackend(SqlBackend):
         self.conn.execute("BEGIN IMMEDIATE")
 
     def _commit(self) -> None:
+        self._wal.check()  # already gone: do not commit into a lost file
         self.conn.execute("COMMIT")
+        # Deleted between our check and the commit's end: the commit is in the lost file.
+        self._wal.check()
 
     def _rollback(self) -> None:
         if self.conn.in_transaction:
@@ -119,11 +143,16 @@ class SqliteBackend(SqlBackend):
 
     def _change(self, sql: str, params: Sequence[object]) -> int:
         # Once per message: plain try, not the _errors() context manager (~2 µs).
+        # Autocommit: the statement is its own transaction; checked after it (once:
+        # ~7 µs of an ~90 µs acknowledgement), as a committed write must not be
+        # reported done if it may have gone into a deleted -wal file.
         try:
-            return self.conn.execute(sql, params).rowcount
+            count = self.conn.execute(sql, params).rowcount
         except sqlite3.DatabaseError as exc:
             error = self._wrap(exc)
             raise error from (None if isinstance(error, SchemaMissing) else exc)
+        self._wal.check()
+        return count
 
     def server_mode(self) -> tuple[bool, str]:
         return True, f"SQLite {sqlite3.sqlite_version}, WAL, drains on this host only"

@@ -45,16 +45,33 @@ TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,56}")
 
 
 def reference_duration(text: str) -> float | None:
-    """What the contract says a duration is: a number, optionally one unit; None if not.
+    """What the contract says a duration is: a number, optionally one unit, or a
+    compound such as 1h30m (issue 13: what mq prints can be given back); None if not.
 
     Like mq's own pattern, digits and spaces are Unicode ones (see
     test_contract_gaps.py for why that is questionable): hypothesis must not
     trip over it here."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", text)
-    if not match:
+    if match:
+        seconds = float(match.group(1)) * UNITS[match.group(2) or ""]
+        return seconds if seconds <= MAX_SECONDS else None
+    return reference_compound(text.strip())
+
+
+def reference_compound(text: str) -> float | None:
+    """``1h30m``: number-unit parts without spaces, each unit once, largest first."""
+    order = ["d", "h", "m", "s", "ms"]
+    total, last, rest = 0.0, -1, text
+    while rest:
+        match = re.match(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)", rest, re.ASCII)
+        if not match or order.index(match.group(2)) <= last:
+            return None
+        last = order.index(match.group(2))
+        total += float(match.group(1)) * UNITS[match.group(2)]
+        rest = rest[match.end() :]
+    if last < 0:  # an empty text is no duration
         return None
-    seconds = float(match.group(1)) * UNITS[match.group(2) or ""]
-    return seconds if seconds <= MAX_SECONDS else None
+    return total if total <= MAX_SECONDS else None
 
 
 duration_text = st.one_of(
@@ -67,6 +84,11 @@ duration_text = st.one_of(
     ),
     st.text(max_size=12),
     st.text(alphabet="0123456789.msdh -+e", max_size=10),
+    st.lists(
+        st.tuples(st.integers(0, 99), st.sampled_from(["d", "h", "m", "s", "ms"])),
+        min_size=2,
+        max_size=4,
+    ).map(lambda parts: "".join(f"{n}{unit}" for n, unit in parts)),
 )
 
 

@@ -425,3 +425,109 @@ def test_unique_keys_and_payloads_are_parameters_not_sql(db):
     stored_key, stored_payload = rows[0]
     assert (stored_key.decode() if isinstance(stored_key, bytes) else stored_key) == key
     assert bytes(stored_payload).decode() == payload
+
+
+# -- credentials never reach handlers or output ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite://user:Zq9secret@host/x.db",  # no third slash: not a path
+        "sqlite://user:Zq9secret@",
+        "postgresql://user:Zq9secret@host/db",
+        "mysql://user:Zq9secret@host:99999/db",
+        "mysql://user:Zq9secret@host/",
+        "user:Zq9secret@host/db",
+    ],
+)
+def test_a_bad_url_never_shows_its_password(url, tmp_path):
+    from click.testing import CliRunner
+
+    from mq_cli.cli import cli
+
+    for args in (["-d", url, "stats"], ["stats"], ["-v", "-d", url, "check"]):
+        result = CliRunner().invoke(cli, args, env={"MQ_DATABASE_URL": url, "MQ_CONFIG": None})
+        assert result.exit_code in (1, 2), (args, result.output)
+        assert "Zq9secret" not in result.output, (args, result.output)
+        assert "***" in result.output, (args, result.output)
+
+
+@pytest.mark.parametrize("kind", ["exec", "python"])
+def test_handlers_do_not_inherit_database_credentials(db, tmp_path, kind):
+    """MQ_DATABASE_URL and the config's password_env variable stay with mq: a handler
+    that shows its environment must not put them into last_error."""
+    (tmp_path / "envdump.py").write_text(
+        "import os, sys\n"
+        "def dump(payload):\n"
+        "    raise RuntimeError(sorted(f'{k}={v}' for k, v in os.environ.items() if 'MQ_' in k))\n"
+        "if __name__ == '__main__':\n"
+        "    dump(None)\n"
+    )
+    handler = (
+        f"exec:{sys.executable} {tmp_path / 'envdump.py'}" if kind == "exec" else "envdump:dump"
+    )
+    config = tmp_path / "mq.yaml"
+    config.write_text(
+        "database: {host: db.invalid, database: app, password_env: MQ_TEST_SECRET_PW}\n"
+        f"lock_dir: {tmp_path / 'locks'}\n"
+        f"queues:\n  q: {{handler: '{handler}', max_errors: 1}}\n"
+    )
+    # MQ_DATABASE_URL wins over the config's database; password_env stays a secret.
+    env = db.env(MQ_CONFIG=str(config), MQ_TEST_SECRET_PW="Pw-z8q1", MQ_TEST_VISIBLE="seen")
+    del env["MQ_TEST_DATABASE_URL"]  # the tests' own copy (tests/jobs.py): not mq's to hide
+    assert run(db, "enqueue", "-q", "q", "{}", env=env)[0] == 0
+    code, text = run(db, "drain", "-q", "q", env=env)
+    assert code == 0, text
+    (error,) = db.sql("SELECT last_error FROM mq_messages")[0]
+    assert "MQ_TEST_VISIBLE=seen" in error  # the handler did show its environment
+    assert "MQ_TEST_SECRET_PW" not in error and "Pw-z8q1" not in error
+    assert "MQ_DATABASE_URL" not in error and db.url not in error
+
+
+def test_the_password_env_variable_of_a_used_mapping_is_hidden_too(fault_mysql, tmp_path):
+    db = fault_mysql
+    s = parse_database_url(db.url)
+    config = tmp_path / "mq.yaml"
+    config.write_text(
+        f"database: {{host: {s.host}, port: {s.port}, user: {s.user or 'root'}, "
+        f"database: {s.database}, password_env: MQ_TEST_SECRET_PW}}\n"
+        f"lock_dir: {tmp_path / 'locks'}\n"
+        "queues:\n  q: {handler: \"exec:sh -c 'env >&2; exit 1'\", max_errors: 1}\n"
+    )
+    env = db.env(MQ_CONFIG=str(config), MQ_TEST_SECRET_PW=s.password or "")
+    env.pop("MQ_DATABASE_URL")
+    assert run(db, "enqueue", "-q", "q", "{}", env=env)[0] == 0
+    code, text = run(db, "drain", "-q", "q", env=env)
+    assert code == 0, text
+    (error,) = db.sql("SELECT last_error FROM mq_messages")[0]
+    assert "PATH=" in error and "MQ_TEST_SECRET_PW" not in error
+
+
+# -- the current directory of a drain ---------------------------------------------------------
+
+
+def test_a_drain_in_a_writable_directory_runs_no_planted_module(db, tmp_path):
+    """`json.py` (and friends) planted where a drain runs must not shadow the standard
+    library in mq or its worker; a handler module there still imports."""
+    marker = tmp_path / "planted-ran"
+    for name in ("json", "struct", "select", "inspect", "traceback"):
+        (tmp_path / f"{name}.py").write_text(
+            f"open({str(marker)!r}, 'a').write({name!r} + '\\n')\n"
+        )
+    out = tmp_path / "ran"
+    (tmp_path / "cwdjob.py").write_text(
+        f"def handle(payload):\n    open({str(out)!r}, 'a').write('ran\\n')\n"
+    )
+    assert db.run("enqueue", "-q", "q", "{}").exit_code == 0
+    mq = Path(sys.executable).with_name("mq")  # the console script, as cron runs it
+    assert mq.exists(), mq
+    env = db.env()
+    env.pop("PYTHONPATH")  # the installed mq, as in production
+    for args in (["check"], ["drain", "-q", "q", "--handler", "cwdjob:handle"]):
+        proc = subprocess.run(
+            [str(mq), *args], cwd=tmp_path, env=env, capture_output=True, timeout=60
+        )
+        assert proc.returncode in (0, 1), proc.stderr
+    assert not marker.exists(), marker.read_text()
+    assert out.read_text() == "ran\n"
