@@ -15,7 +15,7 @@ from ..errors import (
     MqError,
     SchemaMissing,
 )
-from .sqlcore import SqlBackend, Tx, chunks, insert_each
+from .sqlcore import SqlBackend, Tx, insert_each, insert_rows
 from .sqlcore import queries as dialect_queries
 
 try:
@@ -284,18 +284,14 @@ def insert_messages(
     """Insert inside the caller's transaction (ours, or an application's)."""
     if unique_key is not None:
         return insert_each(tx, sql, queue, payloads, when, priority, unique_key, lambda e: False)
-    ids: list[int | None] = []
-    for chunk in chunks(payloads, 1000, 64 << 20, lambda p: len(p) + 64):
-        values = ",".join([sql["insert_row"]] * len(chunk))
-        params: list[object] = []
-        for payload in chunk:
-            params += (queue, priority, when, None, payload)
-        # One statement draws its ids from the sequence row by row, in VALUES
-        # order: sorted, they are the rows' ids in order.
-        ids += sorted(
-            int(row[0]) for row in tx.rows(sql["insert"].replace("{values}", values), params)
-        )
-    return ids
+    chunking = (1000, 64 << 20, lambda p: len(p) + 64)
+    return insert_rows(tx, sql, queue, payloads, when, priority, chunking, _returned)
+
+
+def _returned(tx: Tx, statement: str, params: list[object], count: int) -> list[int]:
+    # One statement draws its ids from the sequence row by row, in VALUES
+    # order: sorted, they are the rows' ids in order.
+    return sorted(int(row[0]) for row in tx.rows(statement, params))
 
 
 def insert_in_transaction(

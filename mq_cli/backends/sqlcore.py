@@ -103,6 +103,29 @@ def insert_each(
     return ids
 
 
+def insert_rows(
+    tx: Tx,
+    sql: dict[str, str],
+    queue: str,
+    payloads: Sequence[bytes],
+    when: object,
+    priority: int,
+    chunking: tuple[int, int, Callable[[bytes], int]],
+    ids: Callable[[Tx, str, list[object], int], list[int]],
+    statement: str = "insert",
+) -> list[int | None]:
+    """Keyless messages in multi-row INSERTs of at most ``chunking`` = (rows, budget,
+    cost); ``ids(tx, sql, params, count)`` runs one and says the new ids, in order."""
+    result: list[int | None] = []
+    for chunk in chunks(payloads, *chunking):
+        values = ",".join([sql["insert_row"]] * len(chunk))
+        params: list[object] = []
+        for payload in chunk:
+            params += (queue, priority, when, None, payload)
+        result += ids(tx, sql[statement].replace("{values}", values), params, len(chunk))
+    return result
+
+
 def chunks(
     payloads: Iterable[bytes], rows: int, budget: int, cost: Callable[[bytes], int]
 ) -> Iterator[list[bytes]]:
