@@ -103,8 +103,11 @@ class MQ:
 
     def ddl(self) -> list[str]:
         """The DDL `init` runs, without connecting to anything."""
-        if self.config.database.kind == "sqlite":
+        kind = self.config.database.kind
+        if kind == "sqlite":
             from .backends.sqlite import ddl
+        elif kind == "postgres":
+            from .backends.postgres import ddl  # type: ignore[assignment]
         else:
             from .backends.mysql import ddl  # type: ignore[assignment]
         return ddl(self.config.table)
@@ -362,7 +365,7 @@ def enqueue(
     priority: int = 0,
     unique_key: str | None = None,
 ) -> int | None:
-    """Enqueue inside the caller's open PyMySQL or sqlite3 transaction.
+    """Enqueue inside the caller's open PyMySQL, psycopg 3 or sqlite3 transaction.
 
     mq neither commits nor rolls back: the message exists if and only if the
     caller's transaction commits. The table must exist (`mq init`). Returns the
@@ -381,6 +384,11 @@ def enqueue(
         from .backends.mysql import insert_in_transaction
 
         return insert_in_transaction(connection, table, queue, data, delay, priority, unique_key)
+    if module.startswith("psycopg"):
+        from .backends.postgres import insert_in_transaction
+
+        return insert_in_transaction(connection, table, queue, data, delay, priority, unique_key)
     raise ConfigError(
-        f"enqueue(connection=...) takes a PyMySQL or sqlite3 connection, not {type(connection).__name__}"
+        "enqueue(connection=...) takes a PyMySQL, psycopg or sqlite3 connection, "
+        f"not {type(connection).__name__}"
     )

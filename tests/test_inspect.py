@@ -10,6 +10,7 @@ import pytest
 
 from mq_cli.backends import open_backend
 from mq_cli.backends.mysql import MysqlBackend
+from mq_cli.backends.postgres import PostgresBackend
 from mq_cli.backends.sqlite import SqliteBackend
 from mq_cli.dburl import parse_database_url
 
@@ -322,7 +323,7 @@ def test_purge_one_status(db):
 def test_purge_deletes_in_bounded_batches(db, monkeypatch):
     enqueue(db, "bulk", *[b'"x"'] * 2500)
     batches: list[int] = []
-    for cls in (SqliteBackend, MysqlBackend):
+    for cls in (SqliteBackend, MysqlBackend, PostgresBackend):
         original = cls.purge
 
         def spy(self, *args, _original=original, **kw):

@@ -37,9 +37,7 @@ def enqueue(db, queue: str, *args: str) -> int:
 
 def now_sql(db, seconds: int = 0) -> str:
     """SQL for the database's UTC now, moved by ``seconds``, in the column's format."""
-    if db.kind == "sqlite":
-        return f"strftime('%Y-%m-%d %H:%M:%f', 'now', '{seconds:+d} seconds')"
-    return f"TIMESTAMPADD(SECOND, {seconds}, UTC_TIMESTAMP(6))"
+    return db.now_sql(seconds)
 
 
 # -- init ---------------------------------------------------------------------

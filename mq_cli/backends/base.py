@@ -278,6 +278,11 @@ class Backend(ABC):
         """Delete up to ``limit`` messages of ``queue`` with id <= ``up_to_id``: of
         ``status``, or (None) every live one; status "done" deletes tombstones. How many."""
 
+    def health(self) -> list[tuple[str, bool, str]]:
+        """(name, healthy, one line) for what only this database can tell `mq check`
+        (PostgreSQL: long transactions, dead rows piling up)."""
+        return []
+
     def server_mode(self) -> tuple[bool, str]:
         """(healthy, one line): what kind of server mq runs on, for `mq check`."""
         return True, self.kind

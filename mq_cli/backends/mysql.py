@@ -20,7 +20,7 @@ from ..errors import (
     PayloadTooLarge,
     SchemaMissing,
 )
-from .sqlcore import RETRIES, SqlBackend, Tx, chunks, insert_each
+from .sqlcore import RETRIES, SqlBackend, Tx, insert_each, insert_rows
 from .sqlcore import queries as dialect_queries
 
 ER_ACCESS_DENIED = 1045
@@ -335,20 +335,21 @@ class MysqlBackend(SqlBackend):
         # The server refuses a statement whose values add up to more than half
         # of max_allowed_packet (measured: the connection drops), escaped or not.
         budget = min(max_payload(info.max_packet), 8 << 20)
-        ids: list[int | None] = []
-        for chunk in chunks(payloads, 1000, budget, lambda p: escaped_size(p) + 80):
-            values = ",".join([self._sql["insert_row"]] * len(chunk))
-            params: list[object] = []
-            for payload in chunk:
-                params += (queue, priority, when, None, payload)
-            if info.returning:
-                rows = tx.rows(self._sql["insert_returning"].replace("{values}", values), params)
-                ids += [int(row[0]) for row in rows]
-                continue
-            first = tx.insert(self._sql["insert"].replace("{values}", values), params)
-            assert first is not None
-            ids += [first + i * info.increment for i in range(len(chunk))]
-        return ids
+        chunking = (1000, budget, lambda p: escaped_size(p) + 80)
+        if info.returning:
+            statement, ids = "insert_returning", _returned
+        else:
+            statement, ids = "insert", self._stepped
+        return insert_rows(tx, self._sql, queue, payloads, when, priority, chunking, ids, statement)
+
+    def _stepped(self, tx: Tx, statement: str, params: list[object], count: int) -> list[int]:
+        first = tx.insert(statement, params)
+        assert first is not None
+        return [first + i * self.server.increment for i in range(count)]
+
+
+def _returned(tx: Tx, statement: str, params: list[object], count: int) -> list[int]:
+    return [int(row[0]) for row in tx.rows(statement, params)]
 
 
 def duplicate(exc: BaseException) -> bool:

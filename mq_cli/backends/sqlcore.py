@@ -113,6 +113,29 @@ def insert_each(
     return ids
 
 
+def insert_rows(
+    tx: Tx,
+    sql: dict[str, str],
+    queue: str,
+    payloads: Sequence[bytes],
+    when: object,
+    priority: int,
+    chunking: tuple[int, int, Callable[[bytes], int]],
+    ids: Callable[[Tx, str, list[object], int], list[int]],
+    statement: str = "insert",
+) -> list[int | None]:
+    """Keyless messages in multi-row INSERTs of at most ``chunking`` = (rows, budget,
+    cost); ``ids(tx, sql, params, count)`` runs one and says the new ids, in order."""
+    result: list[int | None] = []
+    for chunk in chunks(payloads, *chunking):
+        values = ",".join([sql["insert_row"]] * len(chunk))
+        params: list[object] = []
+        for payload in chunk:
+            params += (queue, priority, when, None, payload)
+        result += ids(tx, sql[statement].replace("{values}", values), params, len(chunk))
+    return result
+
+
 def chunks(
     payloads: Iterable[bytes], rows: int, budget: int, cost: Callable[[bytes], int]
 ) -> Iterator[list[bytes]]:
@@ -206,15 +229,17 @@ class SqlBackend(Backend):
 
     def _change(self, sql: str, params: Sequence[object]) -> int:
         """One autocommitted statement; deadlocks and lock waits are retried."""
+        return self._retried(lambda: Tx(self._cursor()).change(sql, params))
+
+    def _write_rows(self, sql: str, params: Sequence[object]) -> list[Any]:
+        """One autocommitted statement that changes rows and returns some (RETURNING)."""
+        return self._retried(lambda: Tx(self._cursor()).rows(sql, params))
+
+    def _retried(self, run: Callable[[], T]) -> T:
         for attempt in range(self.retries + 1):
             try:
                 with self._errors():
-                    cursor = self._cursor()
-                    try:
-                        cursor.execute(sql, params)
-                        return int(cursor.rowcount)
-                    finally:
-                        cursor.close()
+                    return run()
             except Deadlock:
                 if attempt == self.retries:
                     raise
@@ -365,8 +390,12 @@ class SqlBackend(Backend):
     def _claim_select(self) -> str:
         return "claim_select"
 
+    def _claim(self, queue: str, limit: int, owner: str) -> list[Any]:
+        """The claimed rows, in claim order (PostgreSQL: one statement, no BEGIN)."""
+        return self._transaction(lambda tx: self._claim_rows(tx, queue, limit, owner))
+
     def claim(self, queue: str, limit: int, owner: str) -> list[Message]:
-        rows = self._transaction(lambda tx: self._claim_rows(tx, queue, limit, owner))
+        rows = self._claim(queue, limit, owner)
         time_of = self._time
         return [
             Message(

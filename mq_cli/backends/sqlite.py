@@ -12,7 +12,7 @@ from typing import Any
 from ..dburl import DatabaseSettings
 from ..errors import DatabaseError, MqError, SchemaMissing
 from .base import SCHEMA_VERSION
-from .sqlcore import SqlBackend, Tx, chunks, insert_each
+from .sqlcore import SqlBackend, Tx, insert_each, insert_rows
 from .sqlcore import queries as dialect_queries
 from .sqlite_wal import WalGuard
 
@@ -197,18 +197,17 @@ def insert_messages(
     """Insert inside the caller's transaction (ours, or an application's)."""
     if unique_key is not None:
         return insert_each(tx, sql, queue, payloads, when, priority, unique_key, duplicate)
-    result: list[int | None] = []
     per_statement = max(1, min(1000, _MAX_VARIABLES // 5))
-    for chunk in chunks(payloads, per_statement, 1 << 62, len):
-        values = ",".join([sql["insert_row"]] * len(chunk))
-        params: list[object] = []
-        for payload in chunk:
-            params += (queue, priority, when, None, payload)
-        last = tx.insert(sql["insert"].replace("{values}", values), params)
-        assert last is not None
-        # One statement under the write lock: AUTOINCREMENT ids are consecutive.
-        result.extend(range(last - len(chunk) + 1, last + 1))
-    return result
+    return insert_rows(
+        tx, sql, queue, payloads, when, priority, (per_statement, 1 << 62, len), _consecutive
+    )
+
+
+def _consecutive(tx: Tx, statement: str, params: list[object], count: int) -> list[int]:
+    last = tx.insert(statement, params)
+    assert last is not None
+    # One statement under the write lock: AUTOINCREMENT ids are consecutive.
+    return list(range(last - count + 1, last + 1))
 
 
 def insert_in_transaction(
