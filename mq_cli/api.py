@@ -36,6 +36,9 @@ def _check_options(priority: int, unique_key: str | None, delay: float) -> None:
         raise ConfigError(f"priority must be a whole number between {-(2**31)} and {2**31 - 1}")
     if unique_key is not None and not 1 <= len(unique_key) <= MAX_UNIQUE_KEY:
         raise ConfigError(f"a unique key is 1 to {MAX_UNIQUE_KEY} characters")
+    if unique_key is not None and "\x00" in unique_key:
+        # PostgreSQL's text cannot hold it; refused on every backend alike.
+        raise ConfigError("a unique key cannot contain a NUL character")
     try:
         parse_duration(delay)
     except ValueError as exc:

@@ -92,6 +92,11 @@ class PostgresBackend(SqlBackend):
     #: bytea holds up to 1 GB; payloads travel as binary parameters (no escaping)
     max_payload = 1_000_000_000 - 1024
 
+    def _storable(self, value: str) -> str:
+        # PostgreSQL's text cannot hold NUL: a handler's error that printed one
+        # would make its own failure unrecordable. Stored as the escape mq shows.
+        return value.replace("\x00", "\\x00")
+
     def __init__(self, settings: DatabaseSettings, table: str, *, create: bool = False):
         require_driver()
         self.settings = settings

@@ -426,8 +426,12 @@ class SqlBackend(Backend):
         self, message: Message, owner: str, error: str, retry_in: float, failed: bool
     ) -> bool:
         status = "failed" if failed else "ready"
-        params = (status, error, self._shift(retry_in), message.id, owner)
+        params = (status, self._storable(error), self._shift(retry_in), message.id, owner)
         return self._change(self._sql["ack_failure"], params) == 1
+
+    def _storable(self, value: str) -> str:
+        """A handler's text (its error) as this database can store it."""
+        return value
 
     def heartbeat(self, ids: Sequence[int], owner: str) -> int:
         return self._change(self._with_ids("heartbeat", ids), (*ids, owner)) if ids else 0
