@@ -288,7 +288,7 @@ class Backend(ABC):
         return True, self.kind
 
     def reconnect(self) -> None:  # noqa: B027 - SQLite has nothing to reconnect
-        """Open a fresh connection after a lost one (only MySQL connections get lost)."""
+        """Open a fresh connection after a lost one (a server connection: MySQL, PostgreSQL)."""
 
     @abstractmethod
     def close(self) -> None: ...
