@@ -296,7 +296,7 @@ class Backend(ABC):
         """Pause or resume ``queue`` for every host; False when it already was so."""
 
     def reconnect(self) -> None:  # noqa: B027 - SQLite has nothing to reconnect
-        """Open a fresh connection after a lost one (only MySQL connections get lost)."""
+        """Open a fresh connection after a lost one (a server connection: MySQL, PostgreSQL)."""
 
     @abstractmethod
     def close(self) -> None: ...
