@@ -36,6 +36,9 @@ def _check_options(priority: int, unique_key: str | None, delay: float) -> None:
         raise ConfigError(f"priority must be a whole number between {-(2**31)} and {2**31 - 1}")
     if unique_key is not None and not 1 <= len(unique_key) <= MAX_UNIQUE_KEY:
         raise ConfigError(f"a unique key is 1 to {MAX_UNIQUE_KEY} characters")
+    if unique_key is not None and "\x00" in unique_key:
+        # PostgreSQL's text cannot hold it; refused on every backend alike.
+        raise ConfigError("a unique key cannot contain a NUL character")
     try:
         parse_duration(delay)
     except ValueError as exc:
@@ -103,8 +106,11 @@ class MQ:
 
     def ddl(self) -> list[str]:
         """The DDL `init` runs, without connecting to anything."""
-        if self.config.database.kind == "sqlite":
+        kind = self.config.database.kind
+        if kind == "sqlite":
             from .backends.sqlite import ddl
+        elif kind == "postgres":
+            from .backends.postgres import ddl  # type: ignore[assignment]
         else:
             from .backends.mysql import ddl  # type: ignore[assignment]
         return ddl(self.config.table)
@@ -237,8 +243,27 @@ class MQ:
             return bound
 
         found = reader.stats(queue, stalled_after)
-        names = [queue] if queue else sorted(set(found) | set(self.config.queues))
-        return {name: found.get(name, QueueStats()) for name in names}
+        paused = reader.paused()
+        names = [queue] if queue else sorted(set(found) | set(self.config.queues) | set(paused))
+        result = {name: found.get(name, QueueStats()) for name in names}
+        for name in set(paused) & set(result):
+            result[name].paused = True
+        return result
+
+    def pause(self, queue: str) -> bool:
+        """Drains on every host skip ``queue`` until :meth:`resume`; enqueue still works.
+        False when it was paused already."""
+        validate_queue_name(queue)
+        return self.backend.set_paused(queue, True)
+
+    def resume(self, queue: str) -> bool:
+        """Undo :meth:`pause`; False when it was not paused."""
+        validate_queue_name(queue)
+        return self.backend.set_paused(queue, False)
+
+    def paused(self) -> dict[str, str]:
+        """{queue: since (the database's time)} for every paused queue."""
+        return self.backend.paused()
 
     def now(self) -> datetime:
         """The database's clock (UTC): every age mq shows is measured with it."""
@@ -343,7 +368,7 @@ def enqueue(
     priority: int = 0,
     unique_key: str | None = None,
 ) -> int | None:
-    """Enqueue inside the caller's open PyMySQL or sqlite3 transaction.
+    """Enqueue inside the caller's open PyMySQL, psycopg 3 or sqlite3 transaction.
 
     mq neither commits nor rolls back: the message exists if and only if the
     caller's transaction commits. The table must exist (`mq init`). Returns the
@@ -362,6 +387,11 @@ def enqueue(
         from .backends.mysql import insert_in_transaction
 
         return insert_in_transaction(connection, table, queue, data, delay, priority, unique_key)
+    if module.startswith("psycopg"):
+        from .backends.postgres import insert_in_transaction
+
+        return insert_in_transaction(connection, table, queue, data, delay, priority, unique_key)
     raise ConfigError(
-        f"enqueue(connection=...) takes a PyMySQL or sqlite3 connection, not {type(connection).__name__}"
+        "enqueue(connection=...) takes a PyMySQL, psycopg or sqlite3 connection, "
+        f"not {type(connection).__name__}"
     )

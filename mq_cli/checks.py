@@ -53,6 +53,10 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
             results.append(schema)
             if schema.ok:
                 results += _writable(backend)
+                try:
+                    results += [Check(*found) for found in backend.health()]
+                except MqError as exc:
+                    results.append(Check("database health", False, str(exc)))
 
     for name, queue in config.queues.items():
         for label, path in (

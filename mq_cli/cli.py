@@ -556,11 +556,51 @@ def stats(state: State, queue: str | None, as_json: bool, prometheus_file: str |
         return
     headers = ["QUEUE", "READY", "DELAYED", "PROCESSING", "STALLED", "FAILED", "OLDEST READY"]
     rows = [
-        [name, s.ready, s.delayed, s.processing, s.stalled, s.failed,
-         format_duration(s.oldest_ready_seconds)]
+        [name + (" (paused)" if s.paused else ""), s.ready, s.delayed, s.processing, s.stalled,
+         s.failed, format_duration(s.oldest_ready_seconds)]
         for name, s in result.items()
     ]  # fmt: skip
     click.echo(_table(headers, rows))
+
+
+@cli.command()
+@queue_option(required=True, multiple=True)
+@pass_state
+def pause(state: State, queues: tuple[str, ...]) -> None:
+    """Stop drains of a queue on every host, until `mq resume`; enqueue still works.
+
+    Stored in the database, so it holds for every host and every later cron
+    run: a drain skips a paused queue silently (`drain --json` lists it under
+    "paused"), and a running one stops claiming within seconds (the messages
+    it holds finish). `mq stats` shows it.
+
+    \b
+    Example:  mq pause -q mail        # an incident: stop sending
+              mq resume -q mail
+    """
+    for queue in queues:
+        if state.mq.pause(queue):
+            click.echo(
+                f"queue {queue} paused: drains on every host skip it until `mq resume -q {queue}`"
+            )
+        else:
+            click.echo(f"queue {queue} was paused already (since {state.mq.paused()[queue]})")
+
+
+@cli.command()
+@queue_option(required=True, multiple=True)
+@pass_state
+def resume(state: State, queues: tuple[str, ...]) -> None:
+    """Let drains take a paused queue's messages again (see `mq pause`).
+
+    \b
+    Example:  mq resume -q mail
+    """
+    for queue in queues:
+        if state.mq.resume(queue):
+            click.echo(f"queue {queue} resumed")
+        else:
+            click.echo(f"queue {queue} was not paused")
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:

@@ -109,9 +109,16 @@ QUEUE_KEYS: dict[str, Any] = {
 }
 TOP_KEYS = ("database", "table", "lock_dir", "defaults", "queues")
 DATABASE_KEYS = (
-    "url", "host", "port", "user", "database", "unix_socket",
-    "password", "password_file", "password_env", "ssl", "connect_timeout",
+    "url", "kind", "host", "port", "user", "database", "unix_socket",
+    "password", "password_file", "password_env", "ssl", "sslmode", "connect_timeout",
 )  # fmt: skip
+#: the mapping's ``kind`` (without a url): which server it describes
+DATABASE_KINDS = {
+    "mysql": "mysql",
+    "mariadb": "mysql",
+    "postgresql": "postgres",
+    "postgres": "postgres",
+}
 
 
 @dataclass(frozen=True)
@@ -310,11 +317,25 @@ def _database_settings(raw: Any, doc: _Located) -> DatabaseSettings:
             settings = parse_database_url(str(raw["url"]))
         except ConfigError as exc:
             raise doc.error((*path, "url"), str(exc)) from None
+        if "kind" in raw:
+            raise doc.error((*path, "kind"), "give either url or kind (the url's scheme says it)")
     else:
+        kind = raw.get("kind", "mysql")
+        if kind not in DATABASE_KINDS:
+            raise doc.error((*path, "kind"), f"expected one of {', '.join(DATABASE_KINDS)}")
         if not raw.get("database"):
-            raise doc.error((*path, "database"), "missing: name the MySQL/MariaDB database")
-        settings = DatabaseSettings(kind="mysql")
+            raise doc.error((*path, "database"), "missing: name the database")
+        kind = DATABASE_KINDS[kind]
+        settings = DatabaseSettings(kind=kind, port=5432 if kind == "postgres" else 3306)
     changes: dict[str, Any] = {}
+    if "sslmode" in raw:
+        from .dburl import SSLMODES
+
+        if settings.kind != "postgres":
+            raise doc.error((*path, "sslmode"), "only for PostgreSQL (MySQL: ssl)")
+        if raw["sslmode"] not in SSLMODES:
+            raise doc.error((*path, "sslmode"), f"expected one of {', '.join(SSLMODES)}")
+        changes["sslmode"] = raw["sslmode"]
     for key in ("host", "user", "database", "unix_socket"):
         if key in raw:
             if not isinstance(raw[key], str):

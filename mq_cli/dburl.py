@@ -8,26 +8,33 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import ConfigError
 
 MYSQL_SCHEMES = ("mysql", "mariadb", "mysql+pymysql")
+POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
+#: libpq's sslmode values (PostgreSQL only)
+SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 
 
 @dataclass(frozen=True)
 class DatabaseSettings:
-    kind: str  # "mysql" or "sqlite"
+    kind: str  # "mysql", "postgres" or "sqlite"
     path: str | None = None  # sqlite file
     host: str = "127.0.0.1"
     port: int = 3306
     user: str | None = None
     password: str | None = field(default=None, repr=False)
     database: str | None = None
+    #: MySQL: the socket file; PostgreSQL: the socket's directory (?host=/var/run/postgresql)
     unix_socket: str | None = None
     ssl_ca: str | None = None
     ssl_verify: bool = True
     ssl: bool = False
     connect_timeout: float = 10.0
+    #: PostgreSQL: libpq's sslmode; None: from ``ssl`` (on: verify-full or require; off: disable)
+    sslmode: str | None = None
     password_env: str | None = None  # the variable the password came from, kept from handlers
 
     def secret_env(self) -> tuple[str, ...]:
@@ -38,8 +45,13 @@ class DatabaseSettings:
         """Where the database is, for messages; never includes the password."""
         if self.kind == "sqlite":
             return f"sqlite:{self.path}"
-        where = self.unix_socket or f"{self.host}:{self.port}"
         who = f"{self.user}@" if self.user else ""
+        if self.kind == "postgres":
+            where = f"{self.host}:{self.port}"
+            if self.unix_socket:
+                where = f"[{self.unix_socket}]:{self.port}"
+            return f"postgresql://{who}{where}/{self.database or ''}"
+        where = self.unix_socket or f"{self.host}:{self.port}"
         return f"mysql://{who}{where}/{self.database or ''}"
 
 
@@ -81,7 +93,7 @@ def _quote_userinfo(url: str) -> str:
 
 
 def parse_database_url(url: str) -> DatabaseSettings:
-    """Settings for a ``mysql://`` / ``mariadb://`` / ``sqlite://`` URL."""
+    """Settings for a ``mysql://`` / ``mariadb://`` / ``postgresql://`` / ``sqlite://`` URL."""
     # Here, not at the top: the zero-config default has no URL to parse (~2 ms of start).
     from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -119,14 +131,7 @@ def parse_database_url(url: str) -> DatabaseSettings:
         ssl_ca = query.get("ssl_ca")
         if ssl_ca is not None and not os.path.isfile(ssl_ca):
             raise ConfigError(f"bad database URL {redact_url(url)!r}: CA file {ssl_ca} not found")
-        try:
-            connect_timeout = float(query.get("connect_timeout", 10))
-        except ValueError:
-            connect_timeout = -1.0
-        if not 0 < connect_timeout < 3600:
-            raise ConfigError(
-                f"bad database URL {redact_url(url)!r}: connect_timeout is seconds, e.g. 10"
-            )
+        connect_timeout = _connect_timeout(url, query)
         return DatabaseSettings(
             kind="mysql",
             host=parts.hostname or "127.0.0.1",
@@ -140,6 +145,66 @@ def parse_database_url(url: str) -> DatabaseSettings:
             ssl_verify=query.get("ssl_verify", "true").lower() not in ("0", "false", "no"),
             connect_timeout=connect_timeout,
         )
+    if scheme in POSTGRES_SCHEMES:
+        return _postgres(url, parts, query)
     raise ConfigError(
-        f"unsupported database URL {redact_url(url)!r}: use mysql://, mariadb:// or sqlite://"
+        f"unsupported database URL {redact_url(url)!r}: use mysql://, mariadb://, "
+        "postgresql:// or sqlite://"
+    )
+
+
+def _connect_timeout(url: str, query: dict[str, str]) -> float:
+    try:
+        connect_timeout = float(query.get("connect_timeout", 10))
+    except ValueError:
+        connect_timeout = -1.0
+    if not 0 < connect_timeout < 3600:
+        raise ConfigError(
+            f"bad database URL {redact_url(url)!r}: connect_timeout is seconds, e.g. 10"
+        )
+    return connect_timeout
+
+
+def _postgres(url: str, parts: Any, query: dict[str, str]) -> DatabaseSettings:
+    """postgresql://user:password@host:5432/db, ?host=/var/run/postgresql for a socket."""
+    from urllib.parse import unquote
+
+    database = unquote(parts.path.lstrip("/")) or None
+    if not database:
+        raise ConfigError(
+            f"bad database URL {redact_url(url)!r}: name the database, "
+            "e.g. postgresql://user:password@host:5432/dbname"
+        )
+    unknown = set(query) - {"host", "sslmode", "sslrootcert", "connect_timeout"}
+    if unknown:
+        raise ConfigError(
+            f"bad database URL {redact_url(url)!r}: unknown option(s) {', '.join(sorted(unknown))}"
+        )
+    sslmode = query.get("sslmode")
+    if sslmode is not None and sslmode not in SSLMODES:
+        raise ConfigError(
+            f"bad database URL {redact_url(url)!r}: sslmode is one of {', '.join(SSLMODES)}"
+        )
+    ca = query.get("sslrootcert")
+    if ca is not None and not os.path.isfile(ca):
+        raise ConfigError(f"bad database URL {redact_url(url)!r}: CA file {ca} not found")
+    socket_dir = query.get("host")
+    if socket_dir is not None and not socket_dir.startswith("/"):
+        raise ConfigError(
+            f"bad database URL {redact_url(url)!r}: ?host= is a socket directory "
+            "(e.g. /var/run/postgresql); put a host name before the path"
+        )
+    return DatabaseSettings(
+        kind="postgres",
+        host=parts.hostname or "127.0.0.1",
+        port=parts.port or 5432,
+        user=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password is not None else None,
+        database=database,
+        unix_socket=socket_dir,
+        ssl=ca is not None or sslmode not in (None, "disable"),
+        ssl_ca=ca,
+        ssl_verify=sslmode in (None, "verify-ca", "verify-full"),
+        sslmode=sslmode,
+        connect_timeout=_connect_timeout(url, query),
     )

@@ -34,6 +34,7 @@ log = logging.getLogger("mq")
 RECONNECT_FOR = 15.0
 WAIT_POLL_MIN = 0.05
 WAIT_POLL_MAX = 1.0  # the contract: --wait polls at least once a second
+PAUSE_LOOK_EVERY = 2.0  # a running drain looks whether its queue was paused
 ERROR_LOG_WIDTH = 1000  # characters of a failure's last line in the drain's log
 
 
@@ -100,9 +101,16 @@ class Drain:
         }
         try:
             slots.ensure_lock_dir(self.config.lock_dir)
+            paused = self._db(lambda b: b.paused())
             for queue, path in plan:
                 if self._should_stop():
                     break
+                if queue.name in paused:
+                    log.info(
+                        "queue %s: paused since %s (mq resume)", queue.name, paused[queue.name]
+                    )
+                    self.report.paused.append(queue.name)
+                    continue
                 concurrency = self.options.concurrency or queue.concurrency
                 slot = slots.acquire(self.config.lock_dir, queue.name, concurrency)
                 if slot is None:
@@ -171,7 +179,16 @@ class Drain:
             if waiter is not None:
                 runner.start()
             idle = WAIT_POLL_MIN
+            looked = time.monotonic()
             while not self._should_stop():
+                if time.monotonic() - looked >= PAUSE_LOOK_EVERY:
+                    # A long (--wait) drain learns of `mq pause` too, within seconds,
+                    # at one query per few seconds, not one per batch.
+                    looked = time.monotonic()
+                    if queue.name in self._db(lambda b: b.paused()):
+                        log.info("queue %s: paused (mq pause); stopping", queue.name)
+                        self.report.paused.append(queue.name)
+                        return
                 batch = self._claim(queue)
                 if not batch:
                     if not self.options.wait:

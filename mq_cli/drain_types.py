@@ -31,6 +31,7 @@ class DrainReport:
     seconds: float = 0.0
     queues: list[str] = field(default_factory=list)  # queues worked on
     busy: list[str] = field(default_factory=list)  # queues whose slots were all taken
+    paused: list[str] = field(default_factory=list)  # queues skipped: `mq pause`
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -42,4 +43,5 @@ class DrainReport:
             "seconds": round(self.seconds, 3),
             "queues": self.queues,
             "busy": self.busy,
+            "paused": self.paused,
         }

@@ -66,6 +66,7 @@ class QueueStats:
     stalled: int = 0
     failed: int = 0
     oldest_ready_seconds: float | None = None
+    paused: bool = False  # `mq pause`: drains skip it on every host
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -77,6 +78,7 @@ class QueueStats:
             "oldest_ready_seconds": (
                 None if self.oldest_ready_seconds is None else round(self.oldest_ready_seconds, 3)
             ),
+            "paused": self.paused,
         }
 
 

@@ -32,6 +32,12 @@ def render(stats: dict[str, QueueStats], now: float | None = None) -> str:
         age = s.oldest_ready_seconds or 0.0
         lines.append(f'mq_oldest_ready_seconds{{queue="{_label(queue)}"}} {age:.3f}')
     lines += [
+        "# HELP mq_paused 1 while the queue is paused (mq pause): drains skip it.",
+        "# TYPE mq_paused gauge",
+    ]
+    for queue, s in stats.items():
+        lines.append(f'mq_paused{{queue="{_label(queue)}"}} {int(s.paused)}')
+    lines += [
         "# HELP mq_stats_timestamp_seconds When these figures were read (Unix time).",
         "# TYPE mq_stats_timestamp_seconds gauge",
         f"mq_stats_timestamp_seconds {now if now is not None else time.time():.3f}",

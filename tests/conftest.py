@@ -1,6 +1,7 @@
-"""Fixtures: a real SQLite file and a real MariaDB/MySQL database per test.
+"""Fixtures: a real SQLite file, a real MariaDB/MySQL and a real PostgreSQL database per test.
 
-MariaDB comes from MQ_TEST_MYSQL_URL (default mysql://root@127.0.0.1:3306/test).
+MariaDB comes from MQ_TEST_MYSQL_URL (default mysql://root@127.0.0.1:3306/test),
+PostgreSQL from MQ_TEST_PG_URL (default postgresql://postgres@127.0.0.1:5432/postgres).
 Each test gets its own database on that server, dropped afterwards, so runs
 never collide. Under CI=true an unreachable server fails the tests instead of
 skipping them.
@@ -26,7 +27,10 @@ from mq_cli.dburl import parse_database_url
 
 REPO = str(Path(__file__).resolve().parent.parent)
 MYSQL_URL = os.environ.get("MQ_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
+PG_URL = os.environ.get("MQ_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+#: the backends every contract test runs on
+KINDS = ["sqlite", "mysql", "postgres"]
 
 
 def _mysql_admin():
@@ -45,11 +49,28 @@ def _mysql_admin():
     )
 
 
+def _pg_connect(url: str, autocommit: bool = True):
+    import psycopg
+
+    s = parse_database_url(url)
+    return psycopg.connect(
+        host=s.unix_socket or s.host, port=s.port, user=s.user or "postgres",
+        password=s.password, dbname=s.database, autocommit=autocommit,
+        connect_timeout=5, sslmode="disable",
+    )  # fmt: skip
+
+
 _mysql_problem: str | None = None
 try:
     _mysql_admin().close()
 except Exception as exc:  # noqa: BLE001 - any failure means: no server for the tests
     _mysql_problem = f"MariaDB at {MYSQL_URL} unreachable: {exc}"
+
+_pg_problem: str | None = None
+try:
+    _pg_connect(PG_URL).close()
+except Exception as exc:  # noqa: BLE001 - no driver or no server: no PostgreSQL tests
+    _pg_problem = f"PostgreSQL at {PG_URL} unreachable: {exc}"
 
 
 @dataclass
@@ -89,6 +110,14 @@ class Db:
             [sys.executable, "-m", "mq_cli", *args], cwd=self.tmp, env=env, **popen
         )
 
+    def now_sql(self, seconds: float = 0) -> str:
+        """This database's "now + ``seconds``" as SQL (UTC), for tests that move times."""
+        if self.kind == "sqlite":
+            return f"strftime('%Y-%m-%d %H:%M:%f', 'now', '{seconds:+.3f} seconds')"
+        if self.kind == "postgres":
+            return f"(now() + make_interval(secs => {seconds}))"
+        return f"TIMESTAMPADD(MICROSECOND, {int(seconds * 1e6)}, UTC_TIMESTAMP(6))"
+
     def sql(self, statement: str, params: tuple = ()) -> list[tuple]:
         """Run SQL directly, to check what is really stored."""
         if self.kind == "sqlite":
@@ -97,6 +126,13 @@ class Db:
             conn = sqlite3.connect(self.url.split(":///", 1)[1], isolation_level=None)
             try:
                 return conn.execute(statement.replace("%s", "?"), params).fetchall()
+            finally:
+                conn.close()
+        if self.kind == "postgres":
+            conn = _pg_connect(self.url)
+            try:
+                cursor = conn.execute(statement, params or None)
+                return [tuple(row) for row in cursor.fetchall()] if cursor.description else []
             finally:
                 conn.close()
         import pymysql
@@ -115,9 +151,9 @@ class Db:
 
 
 def cannot_run_here(reason: str) -> None:
-    """Skip a MariaDB test that this machine cannot run; under CI=true, fail instead."""
+    """Skip a server test that this machine cannot run; under CI=true, fail instead."""
     if IN_CI:
-        pytest.fail(f"{reason} (CI=true: MariaDB tests must run, not skip)")
+        pytest.fail(f"{reason} (CI=true: MariaDB and PostgreSQL tests must run, not skip)")
     pytest.skip(reason)
 
 
@@ -137,15 +173,31 @@ def _mysql_database(tmp_path: Path) -> Iterator[Db]:
         admin.close()
 
 
-@pytest.fixture(params=["sqlite", "mysql"])
+def _pg_database(tmp_path: Path) -> Iterator[Db]:
+    if _pg_problem:
+        cannot_run_here(_pg_problem)
+    name = "mqt_" + uuid.uuid4().hex[:12]
+    admin = _pg_connect(PG_URL)
+    admin.execute(f'CREATE DATABASE "{name}"')
+    url = re.sub(r"/[^/?]*(\?|$)", f"/{name}\\1", PG_URL.split("://", 1)[1], count=1)
+    try:
+        yield Db("postgres", PG_URL.split("://", 1)[0] + "://" + url, tmp_path)
+    finally:
+        # WITH (FORCE): a drain a test killed may still hold a session.
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+@pytest.fixture(params=KINDS)
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Db]:
-    """Each test twice: on a fresh SQLite file and on a fresh MariaDB database."""
+    """Each test three times: on a fresh SQLite file, MariaDB and PostgreSQL database."""
     if request.param == "sqlite":
         database = Db("sqlite", f"sqlite:///{tmp_path}/mq.db", tmp_path)
         _init(database)
         yield database
     else:
-        for database in _mysql_database(tmp_path):
+        make = _mysql_database if request.param == "mysql" else _pg_database
+        for database in make(tmp_path):
             _init(database)
             yield database
 
@@ -159,6 +211,12 @@ def _init(database: Db) -> None:
 def mysql_db(tmp_path: Path) -> Iterator[Db]:
     """A fresh, empty MariaDB database (no schema yet)."""
     yield from _mysql_database(tmp_path)
+
+
+@pytest.fixture
+def pg_db(tmp_path: Path) -> Iterator[Db]:
+    """A fresh, empty PostgreSQL database (no schema yet)."""
+    yield from _pg_database(tmp_path)
 
 
 @pytest.fixture

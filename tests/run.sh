@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine too: a virtualenv with mq and its
-# test tools (.venv), a running MariaDB (tests/mariadb.sh), libfaketime
+# test tools (.venv), a running MariaDB (tests/mariadb.sh) and PostgreSQL
+# (tests/postgres.sh), libfaketime
 # (tests/faketime.sh), then pytest.
 # Extra arguments go to pytest, e.g. `tests/run.sh -k drain -x`.
 set -euo pipefail
@@ -10,5 +11,6 @@ python=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 bash tests/mariadb.sh
+bash tests/postgres.sh
 bash tests/faketime.sh
 exec .venv/bin/python -m pytest "$@"

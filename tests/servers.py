@@ -6,6 +6,7 @@ and stops exactly that process, by pid:
 
 - :class:`PrivateMariadb`: one standalone mariadbd.
 - :class:`GaleraCluster`: three mariadbd nodes joined by galera-4.
+- :class:`PrivatePostgres`: one PostgreSQL postmaster (initdb into a temp dir).
 
 ``python -m tests.servers galera`` starts a cluster and keeps it up until
 Enter is pressed (for trying things by hand).
@@ -214,6 +215,9 @@ class PrivateMariadb:
     def stop(self) -> None:
         self.node.stop()
 
+    def running(self) -> bool:
+        return self.node.running()
+
     def close(self) -> None:
         self.node.stop()
         shutil.rmtree(self.base, ignore_errors=True)
@@ -282,6 +286,118 @@ class GaleraCluster:
     def close(self) -> None:
         for node in reversed(self.nodes):
             node.stop()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+PG_BIN = Path("/usr/lib/postgresql")
+
+
+def pg_bin(name: str) -> Path | None:
+    """The newest installed PostgreSQL's ``name`` (initdb, postgres), or None."""
+    versions = sorted(
+        (p for p in PG_BIN.glob("*/bin") if (p / name).exists()),
+        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+    )
+    return versions[-1] / name if versions else None
+
+
+def pg_unavailable() -> str | None:
+    """Why this machine cannot start a private PostgreSQL, or None."""
+    if pg_bin("initdb") is None or pg_bin("postgres") is None:
+        return (
+            "no PostgreSQL server binaries under /usr/lib/postgresql (tests/run.sh installs them)"
+        )
+    if os.geteuid() != 0:
+        return "private servers run as the postgres user: the tests must run as root"
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        return "psycopg is not installed (pip install -e '.[test]')"
+    return None
+
+
+class PrivatePostgres:
+    """A postmaster of the test's own (datadir, port, socket directory), started as the
+    postgres user and stopped by its pid (SIGINT: a fast shutdown that ends sessions)."""
+
+    def __init__(self) -> None:
+        self.base = _base_dir("mq-postgres-")
+        (self.port,) = free_ports(1)
+        self.datadir = self.base / "data"
+        self.log = self.base / "postgres.log"
+        self.proc: subprocess.Popen | None = None
+        shutil.chown(self.base, "postgres", "postgres")
+        subprocess.run(
+            [str(pg_bin("initdb")), "-D", str(self.datadir), "-U", "postgres",
+             "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C"],
+            check=True, capture_output=True, timeout=120, user="postgres",
+        )  # fmt: skip
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    def start(self) -> None:
+        log = open(self.log, "ab")  # noqa: SIM115 - the postmaster writes it until it exits
+        try:
+            self.proc = subprocess.Popen(
+                [str(pg_bin("postgres")), "-D", str(self.datadir), "-p", str(self.port),
+                 "-k", str(self.base), "-c", "listen_addresses=127.0.0.1",
+                 "-c", "fsync=off", "-c", "max_connections=300"],
+                stdout=log, stderr=log, start_new_session=True, user="postgres",
+            )  # fmt: skip
+        finally:
+            log.close()
+        self.wait_ready()
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        import psycopg
+
+        end = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < end:
+            if not self.running():
+                raise RuntimeError(f"postgres exited; its log:\n{self.log_tail()}")
+            try:
+                psycopg.connect(self.url(), connect_timeout=2, sslmode="disable").close()
+                return
+            except psycopg.Error as exc:
+                last = str(exc)
+            time.sleep(0.3)
+        raise RuntimeError(f"postgres not ready within {timeout}s ({last}):\n{self.log_tail()}")
+
+    def sql(self, statement: str, database: str = "postgres") -> None:
+        import psycopg
+
+        with psycopg.connect(self.url(database), autocommit=True, sslmode="disable") as conn:
+            conn.execute(statement)
+
+    def stop(self) -> None:
+        """Fast shutdown of this postmaster only: its sessions end, it exits."""
+        if self.running():
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def close(self) -> None:
+        self.stop()
         shutil.rmtree(self.base, ignore_errors=True)
 
 

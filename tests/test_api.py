@@ -27,6 +27,10 @@ def app_connection(db):
     """The application's own driver connection, in its default (transactional) mode."""
     if db.kind == "sqlite":
         return sqlite3.connect(db.url.split(":///", 1)[1])
+    if db.kind == "postgres":
+        from tests.conftest import _pg_connect
+
+        return _pg_connect(db.url, autocommit=False)
     import pymysql
 
     s = parse_database_url(db.url)
@@ -164,6 +168,10 @@ def test_rollback_leaves_no_message(db):
         assert rows(db) == []  # seen from another connection: not committed by mq
         if db.kind == "sqlite":
             assert conn.in_transaction
+        if db.kind == "postgres":
+            import psycopg.pq
+
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
         conn.rollback()
     finally:
         conn.close()
@@ -255,6 +263,11 @@ def test_transactional_enqueue_with_row_factories(db):
             host=s.host, port=s.port, user=s.user or "root", database=s.database,
             ssl_disabled=True, cursorclass=pymysql.cursors.DictCursor,
         )  # fmt: skip
+    elif db.kind == "postgres":
+        import psycopg.rows
+
+        conn = app_connection(db)
+        conn.row_factory = psycopg.rows.dict_row
     else:
         conn = app_connection(db)
         conn.row_factory = sqlite3.Row
@@ -308,6 +321,19 @@ def test_transactional_enqueue_missing_table_mysql(mysql_db):
         conn.close()
 
 
+def test_transactional_enqueue_missing_table_postgres(pg_db):
+    conn = app_connection(pg_db)
+    try:
+        with pytest.raises(SchemaMissing) as caught:
+            mq_cli.enqueue("q", {}, connection=conn)
+        assert "mq init" in str(caught.value)
+        conn.rollback()  # PostgreSQL: an error ends the transaction's usefulness
+        with pytest.raises(SchemaMissing):
+            mq_cli.enqueue("q", {}, connection=conn, unique_key="k")
+    finally:
+        conn.close()
+
+
 def test_transactional_enqueue_other_table(db):
     conn = app_connection(db)
     try:
@@ -348,7 +374,7 @@ def test_bad_delay_through_the_api_is_a_config_error(db, delay: float):
 def test_transactional_enqueue_rejects_other_connections():
     with pytest.raises(ConfigError) as caught:
         mq_cli.enqueue("q", {}, connection=object())
-    assert "PyMySQL or sqlite3" in str(caught.value)
+    assert "PyMySQL, psycopg or sqlite3" in str(caught.value)
 
 
 def test_every_error_is_an_mq_error():

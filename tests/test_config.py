@@ -271,7 +271,11 @@ def test_unknown_keys_name_key_and_line(tmp_path: Path, text: str, key: str, lin
         ("database:\n  database: d\n  ssl:\n    verify: 'no'\n", "database.ssl.verify", 4),
         ("database:\n  database: d\n  ssl:\n    ca: /no/such/ca.pem\n", "database.ssl.ca", 4),
         ("database:\n  database: d\n  connect_timeout: soon\n", "database.connect_timeout", 3),
-        ("database:\n  url: postgres://h/d\n", "database.url", 2),
+        ("database:\n  url: oracle://h/d\n", "database.url", 2),
+        ("database:\n  url: postgres://h/d?colour=red\n", "database.url", 2),
+        ("database:\n  kind: oracle\n  database: d\n", "database.kind", 2),
+        ("database:\n  kind: postgresql\n  database: d\n  sslmode: maybe\n", "database.sslmode", 4),
+        ("database:\n  database: d\n  sslmode: require\n", "database.sslmode", 3),
         ("database: sqlite://\n", "database", 1),
     ],
 )
@@ -400,10 +404,17 @@ def test_invalid_table_names(tmp_path: Path, name: str):
     assert not (tmp_path / "mq.db").exists()
 
 
-def test_longest_table_name_works_on_both_backends(db):
+def test_longest_table_name_works_on_every_backend(db):
     # MySQL allows 64-character identifiers, and mq names its index `<table>_unique`.
     name = "t" * 57
     path = write(db.tmp / "long.yaml", f"table: {name}\n")
+    if db.kind == "postgres":
+        # PostgreSQL's are at most 63 bytes: one character fewer, refused as a config error.
+        result = db.run("init", env={"MQ_CONFIG": path})
+        assert result.exit_code == 2, result.output
+        assert "at most 56 characters" in result.stderr
+        name = name[:-1]
+        path = write(db.tmp / "long.yaml", f"table: {name}\n")
     result = db.run("init", env={"MQ_CONFIG": path})
     assert result.exit_code == 0, result.output
     result = db.run("enqueue", "-q", "a", "{}", env={"MQ_CONFIG": path})

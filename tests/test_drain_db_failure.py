@@ -24,6 +24,17 @@ def refuse_deleting(db, ident: int) -> None:
             f"CREATE TRIGGER refuse BEFORE DELETE ON mq_messages WHEN OLD.id = {ident} "
             "BEGIN SELECT RAISE(ABORT, 'refused by a test trigger'); END"
         )
+    elif db.kind == "postgres":
+        # 40001 (serialization failure) is retried like a deadlock.
+        db.sql(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            f"IF OLD.id = {ident} THEN RAISE EXCEPTION 'could not serialize (test trigger)' "
+            "USING ERRCODE = '40001'; END IF; RETURN OLD; END $$"
+        )
+        db.sql(
+            "CREATE TRIGGER refuse BEFORE DELETE ON mq_messages FOR EACH ROW "
+            "EXECUTE FUNCTION refuse()"
+        )
     else:
         # 1213 is what Galera reports for a lost certification: mq retries it.
         db.sql(

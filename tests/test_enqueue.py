@@ -457,3 +457,10 @@ def test_a_long_line_through_a_pipe_takes_linear_time(sqlite_db):
     assert len(proc.stdout.split()) == 2
     assert [len(p) for _, p in stored(sqlite_db)] == [size + 2, 8]
     assert seconds < 10, f"{seconds:.1f}s for one {size // 1_000_000} MB line"
+
+
+def test_a_unique_key_with_nul_is_refused_on_every_backend(db):
+    result = db.run("enqueue", "-q", "q", "--unique-key", "a\x00b", "{}")
+    assert result.exit_code == 2, result.output
+    assert "NUL" in result.stderr
+    assert count(db) == 0

@@ -97,7 +97,10 @@ def test_sqlite_file_that_is_not_a_database(tmp_path):
 @pytest.mark.parametrize(
     "url",
     [
-        f"postgres://root:{PASSWORD}@127.0.0.1/app",
+        f"oracle://root:{PASSWORD}@127.0.0.1/app",
+        f"postgres://root:{PASSWORD}@127.0.0.1/app?colour=red",
+        f"postgresql://root:{PASSWORD}@127.0.0.1",
+        f"postgresql://root:{PASSWORD}@127.0.0.1/app?sslmode=sometimes",
         f"root:{PASSWORD}@127.0.0.1/app",  # no scheme at all
         f"mysql://root:{PASSWORD}@127.0.0.1:99999/app",
         f"mysql://root:{PASSWORD}@127.0.0.1/app?colour=red",
@@ -120,9 +123,10 @@ def test_bad_database_url_is_exit_2(url: str, verbose: bool, tmp_path):
 
 
 def test_bad_scheme_names_the_schemes():
-    result = mq("-d", "postgres://h/app", "stats")
+    result = mq("-d", "oracle://h/app", "stats")
     assert_clean_error(result, 2)
-    assert "mysql://" in result.stderr and "sqlite://" in result.stderr
+    for scheme in ("mysql://", "postgresql://", "sqlite://"):
+        assert scheme in result.stderr
 
 
 @pytest.mark.parametrize(

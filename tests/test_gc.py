@@ -13,6 +13,7 @@ import pytest
 
 from mq_cli.backends import open_backend
 from mq_cli.backends.mysql import MysqlBackend
+from mq_cli.backends.postgres import PostgresBackend
 from mq_cli.backends.sqlite import SqliteBackend
 from mq_cli.dburl import parse_database_url
 
@@ -29,20 +30,9 @@ def config(tmp_path: Path, text: str) -> None:
 
 def age_heartbeat(db, ids: list[int], seconds: int) -> None:
     """Move the heartbeat of ``ids`` ``seconds`` into the past (as if their drain died)."""
-    if db.kind == "sqlite":
-        statement = (
-            "UPDATE mq_messages SET heartbeat_at = strftime('%Y-%m-%d %H:%M:%f', 'now', %s) "
-            "WHERE id = %s"
-        )
-        moved: object = f"-{seconds} seconds"
-    else:
-        statement = (
-            "UPDATE mq_messages SET heartbeat_at = TIMESTAMPADD(SECOND, -%s, UTC_TIMESTAMP(6)) "
-            "WHERE id = %s"
-        )
-        moved = seconds
+    statement = f"UPDATE mq_messages SET heartbeat_at = {db.now_sql(-seconds)} WHERE id = %s"  # noqa: S608
     for ident in ids:
-        db.sql(statement, (moved, ident))
+        db.sql(statement, (ident,))
 
 
 def _claimed(db, queue: str, payloads: list[bytes], owner: str) -> list[int]:
@@ -353,7 +343,7 @@ def test_bounded_batches_delete_2500_failed_messages(db, monkeypatch):
         ids = b.enqueue("bulk", [b'"x"'] * 2500)
     db.sql("UPDATE mq_messages SET status = 'failed', error_count = 10, last_error = 'boom'")
     batches: list[int] = []
-    for cls in (SqliteBackend, MysqlBackend):
+    for cls in (SqliteBackend, MysqlBackend, PostgresBackend):
         original = cls.delete_failed
 
         def spy(self, queue, chosen, _original=original):

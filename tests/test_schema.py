@@ -43,10 +43,10 @@ def drain(db):
 
 
 def drop_index(db, name: str) -> None:
-    if db.kind == "sqlite":
-        db.sql(f'DROP INDEX "{name}"')
-    else:
+    if db.kind == "mysql":
         db.sql(f"ALTER TABLE mq_messages DROP INDEX `{name}`")
+    else:
+        db.sql(f'DROP INDEX "{name}"')
 
 
 # -- the version ----------------------------------------------------------------
@@ -115,7 +115,7 @@ def test_a_newer_version_is_refused_and_init_does_not_downgrade_it(db, ran):
 
 def test_a_missing_version_row_is_version_0(db):
     db.sql("DELETE FROM mq_messages_meta")
-    if db.kind == "mysql":  # SQLite records it on open (its zero-setup default)
+    if db.kind != "sqlite":  # SQLite records it on open (its zero-setup default)
         result = enqueue(db, "1")
         assert result.exit_code == 3
         assert "schema version 0" in result.stderr

@@ -12,9 +12,11 @@ from click.testing import CliRunner
 
 from mq_cli.cli import cli
 
-STATS_KEYS = {"ready", "delayed", "processing", "stalled", "failed", "oldest_ready_seconds"}
+STATS_KEYS = {
+    "ready", "delayed", "processing", "stalled", "failed", "oldest_ready_seconds", "paused",
+}  # fmt: skip
 ZERO = {"ready": 0, "delayed": 0, "processing": 0, "stalled": 0, "failed": 0,
-        "oldest_ready_seconds": None}  # fmt: skip
+        "oldest_ready_seconds": None, "paused": False}  # fmt: skip
 
 
 def mq(*args: str, input: str | bytes | None = None, env: dict | None = None):
@@ -35,9 +37,7 @@ def enqueue(db, queue: str, *args: str) -> int:
 
 def now_sql(db, seconds: int = 0) -> str:
     """SQL for the database's UTC now, moved by ``seconds``, in the column's format."""
-    if db.kind == "sqlite":
-        return f"strftime('%Y-%m-%d %H:%M:%f', 'now', '{seconds:+d} seconds')"
-    return f"TIMESTAMPADD(SECOND, {seconds}, UTC_TIMESTAMP(6))"
+    return db.now_sql(seconds)
 
 
 # -- init ---------------------------------------------------------------------
@@ -170,7 +170,9 @@ def test_stats_json_shape(db):
         assert set(counts) == STATS_KEYS
     oldest = data["a"].pop("oldest_ready_seconds")
     assert isinstance(oldest, float) and 0 <= oldest < 60
-    assert data["a"] == {"ready": 2, "delayed": 1, "processing": 0, "stalled": 0, "failed": 0}
+    assert data["a"] == {
+        "ready": 2, "delayed": 1, "processing": 0, "stalled": 0, "failed": 0, "paused": False,
+    }  # fmt: skip
     assert data["b"] == {**ZERO, "delayed": 1}
 
 
@@ -200,7 +202,9 @@ def test_stats_splits_the_queue_without_overlap(db):
     )
     counts = stats_json(db)["q"]
     counts.pop("oldest_ready_seconds")
-    assert counts == {"ready": 2, "delayed": 1, "processing": 1, "stalled": 1, "failed": 1}
+    assert counts == {
+        "ready": 2, "delayed": 1, "processing": 1, "stalled": 1, "failed": 1, "paused": False,
+    }  # fmt: skip
 
 
 def test_oldest_ready_counts_from_when_it_became_available(db):

@@ -17,7 +17,7 @@ def open_backend(
     """Connect to the database ``settings`` describe.
 
     ``create``: make the schema if it is missing. Default: yes for SQLite (the
-    embedded default must work with zero setup), no for MySQL (`mq init` does it,
+    embedded default must work with zero setup), no for MySQL and PostgreSQL (`mq init` does it,
     with a user allowed to create tables). ``auto_init`` False: only make the
     SQLite file's directory, and leave creating the schema to the caller (`mq init`).
     ``reading``: for commands that only read, which create the schema only in a
@@ -33,6 +33,10 @@ def open_backend(
             auto_init=auto_init,
             create_in_existing=not reading,
         )
+    if settings.kind == "postgres":
+        from .postgres import PostgresBackend
+
+        return PostgresBackend(settings, table, create=bool(create) and auto_init)
     from .mysql import MysqlBackend
 
     return MysqlBackend(settings, table, create=bool(create) and auto_init)

@@ -278,12 +278,25 @@ class Backend(ABC):
         """Delete up to ``limit`` messages of ``queue`` with id <= ``up_to_id``: of
         ``status``, or (None) every live one; status "done" deletes tombstones. How many."""
 
+    def health(self) -> list[tuple[str, bool, str]]:
+        """(name, healthy, one line) for what only this database can tell `mq check`
+        (PostgreSQL: long transactions, dead rows piling up)."""
+        return []
+
     def server_mode(self) -> tuple[bool, str]:
         """(healthy, one line): what kind of server mq runs on, for `mq check`."""
         return True, self.kind
 
+    @abstractmethod
+    def paused(self) -> dict[str, str]:
+        """{queue: since} for every paused queue."""
+
+    @abstractmethod
+    def set_paused(self, queue: str, paused: bool) -> bool:
+        """Pause or resume ``queue`` for every host; False when it already was so."""
+
     def reconnect(self) -> None:  # noqa: B027 - SQLite has nothing to reconnect
-        """Open a fresh connection after a lost one (only MySQL connections get lost)."""
+        """Open a fresh connection after a lost one (a server connection: MySQL, PostgreSQL)."""
 
     @abstractmethod
     def close(self) -> None: ...

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import random
 import re
-import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import Any
 
 import pymysql
 import pymysql.cursors
@@ -23,11 +20,8 @@ from ..errors import (
     PayloadTooLarge,
     SchemaMissing,
 )
-from ..models import Message, QueueStats
-from .base import load_queries, placeholders
-from .mysql_operate import MysqlOperate
-
-T = TypeVar("T")
+from .sqlcore import RETRIES, SqlBackend, Tx, insert_each, insert_rows
+from .sqlcore import queries as dialect_queries
 
 ER_ACCESS_DENIED = 1045
 ER_BAD_DB = 1049
@@ -42,9 +36,8 @@ CANNOT_CONNECT = {2002, 2003, 2005}
 RETRYABLE = {ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT}
 #: every statement of sql/mysql.sql is written for this mode, whatever the server's
 SQL_MODE = "STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION"
-#: tries of a statement that deadlocked, on one server and on a Galera node
-#: (where another node's concurrent write to the same row is a 1213 at COMMIT)
-RETRIES = 8
+#: tries of a statement that deadlocked on a Galera node (where another node's
+#: concurrent write to the same row is a 1213 at COMMIT); one server: sqlcore.RETRIES
 GALERA_RETRIES = 40
 _ESCAPED = b"\0\n\r\x1a\\'\""  # each takes two bytes in PyMySQL's SQL text
 
@@ -76,23 +69,18 @@ def utc(moment: datetime | None) -> datetime | None:
     return moment.replace(tzinfo=timezone.utc) if moment is not None else None
 
 
-def _text(value: bytes | str | None) -> str | None:
-    """unique_key is stored as bytes (no collation, no padding): back to text."""
-    return value.decode("utf-8") if isinstance(value, (bytes, bytearray)) else value
-
-
 def error_code(exc: BaseException) -> int | None:
     args = getattr(exc, "args", ())
     return args[0] if args and isinstance(args[0], int) else None
 
 
 def queries(table: str) -> dict[str, str]:
-    return {name: sql.replace("{table}", table) for name, sql in load_queries("mysql").items()}
+    return dialect_queries("mysql", table)
 
 
 def ddl(table: str) -> list[str]:
     sql = queries(table)
-    return [sql["create_table"], sql["create_meta"]]
+    return [sql[name] for name in MysqlBackend.ddl_names]
 
 
 class ServerInfo:
@@ -120,8 +108,9 @@ class ServerInfo:
         return self.mariadb and self.version >= (10, 5, 0)
 
 
-class MysqlBackend(MysqlOperate):
-    kind = "mysql"
+class MysqlBackend(SqlBackend):
+    kind = dialect = "mysql"
+    driver_errors = (pymysql.MySQLError, OSError)
 
     def __init__(self, settings: DatabaseSettings, table: str, *, create: bool = False):
         self.settings = settings
@@ -134,7 +123,7 @@ class MysqlBackend(MysqlOperate):
         if create and self.schema_version() is None:
             self.init_schema()
 
-    # -- plumbing ---------------------------------------------------------
+    # -- the dialect: connection, errors, transactions, times -----------------
 
     def _connect(self) -> pymysql.connections.Connection:
         s = self.settings
@@ -204,40 +193,9 @@ class MysqlBackend(MysqlOperate):
         self.max_payload = max_payload(self.server.max_packet)
         return conn
 
-    #: the unique-key index's column, NULL without a key (see create_table)
-    extra_columns = ("unique_slot",)
-
-    def unique_index_columns(self) -> list[str]:
-        params = (self.table, f"{self.table}_unique")
-        return [str(row[0]) for row in self._rows(self._sql["unique_index_columns"], params)]
-
-    def server_mode(self) -> tuple[bool, str]:
-        info = self.server
-        kind = "MariaDB" if info.mariadb else "MySQL"
-        claim = "SKIP LOCKED claims" if info.skip_locked else "locking claims (no SKIP LOCKED)"
-        if not info.galera:
-            return True, f"{kind} {info.version_text}, single server, {claim}"
-        with self._errors(), self.conn.cursor() as cursor:
-            cursor.execute(self._sql["galera_status"])
-            status = {str(name).lower(): str(value) for name, value in cursor.fetchall()}
-        size = status.get("wsrep_cluster_size", "?")
-        state = status.get("wsrep_local_state_comment", "?")
-        primary = status.get("wsrep_cluster_status", "?")
-        healthy = state == "Synced" and primary == "Primary"
-        return healthy, (
-            f"Galera cluster node ({kind} {info.version_text}): {size} node(s), this one "
-            f"{state}, component {primary}; drains may use any node, conflicts between "
-            "nodes are retried (README: Galera)"
-        )
-
-    def reconnect(self) -> None:
-        try:
-            self.conn.close()
-        except pymysql.MySQLError:
-            pass
-        self.conn = self._connect()
-
     def _wrap(self, exc: BaseException, connecting: bool = False) -> MqError:
+        if isinstance(exc, OSError):
+            return ConnectionLost(f"lost the connection to {self.settings.describe()}: {exc}")
         code = error_code(exc)
         where = self.settings.describe()
         text = exc.args[1] if len(exc.args) > 1 else str(exc)
@@ -264,50 +222,33 @@ class MysqlBackend(MysqlOperate):
             return ConnectionLost(f"lost the connection to {where}: {text or 'connection closed'}")
         return DatabaseError(f"{where}: {text}")
 
-    @contextmanager
-    def _errors(self) -> Iterator[None]:
-        try:
-            yield
-        except pymysql.MySQLError as exc:
-            raise self._wrap(exc) from exc
-        except OSError as exc:
-            raise ConnectionLost(
-                f"lost the connection to {self.settings.describe()}: {exc}"
-            ) from exc
-
-    def _transaction(self, body: Callable[[Any], T]) -> T:
-        """Run ``body(cursor)`` in a transaction, retrying deadlocks and lock waits.
-
-        A transaction whose COMMIT fails changed nothing (on Galera too: a
-        certification failure rolls it back), so running it again is safe.
-        """
-        retries = self.retries
-        for attempt in range(retries + 1):
-            try:
-                with self._errors():
-                    self._begin()
-                    try:
-                        with self.conn.cursor() as cursor:
-                            result = body(cursor)
-                        self.conn.commit()
-                        return result
-                    except BaseException:
-                        try:
-                            self.conn.rollback()
-                        except (pymysql.MySQLError, OSError):
-                            pass
-                        raise
-            except Deadlock:
-                if attempt == retries:
-                    raise
-                _backoff(attempt)
-        raise AssertionError("unreachable")
-
     def _begin(self) -> None:
         # Not PyMySQL's begin(): its BEGIN opens a block, not a transaction, in
         # sql_mode=ORACLE; START TRANSACTION means one thing in every mode.
         with self.conn.cursor() as cursor:
             cursor.execute("START TRANSACTION")
+
+    def _commit(self) -> None:
+        self.conn.commit()
+
+    def _rollback(self) -> None:
+        try:
+            self.conn.rollback()
+        except (pymysql.MySQLError, OSError):
+            pass
+
+    def _time(self, value: Any) -> datetime | None:
+        return utc(value)
+
+    def _shift(self, seconds: float) -> object:
+        return int(seconds * 1_000_000)  # TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6))
+
+    def reconnect(self) -> None:
+        try:
+            self.conn.close()
+        except pymysql.MySQLError:
+            pass
+        self.conn = self._connect()
 
     def close(self) -> None:
         try:
@@ -315,23 +256,51 @@ class MysqlBackend(MysqlOperate):
         except (pymysql.MySQLError, OSError):
             pass
 
-    # -- schema -----------------------------------------------------------
+    # -- MySQL's own: Galera, the unique slot, the claim without SKIP LOCKED ----
 
-    def ddl(self) -> list[str]:
-        return ddl(self.table)
+    #: the unique-key index's column, NULL without a key (see create_table)
+    extra_columns = ("unique_slot",)
 
-    def schema_version(self) -> int | None:
-        try:
-            with self.conn.cursor() as cursor:
-                cursor.execute(self._sql["schema_version"])
-                row = cursor.fetchone()
-        except pymysql.MySQLError as exc:
-            if error_code(exc) == ER_NO_SUCH_TABLE:
-                return None
-            raise self._wrap(exc) from exc
-        return int(row[0]) if row else None
+    def unique_index_columns(self) -> list[str]:
+        params = (self.table, f"{self.table}_unique")
+        return [str(row[0]) for row in self._rows(self._sql["unique_index_columns"], params)]
 
-    # -- producing --------------------------------------------------------
+    def unique_key_is_text(self) -> bool:
+        rows = self._rows(self._sql["unique_key_type"], (self.table,))
+        return bool(rows) and str(rows[0][0]).lower() in ("varchar", "char", "text")
+
+    def server_mode(self) -> tuple[bool, str]:
+        info = self.server
+        kind = "MariaDB" if info.mariadb else "MySQL"
+        claim = "SKIP LOCKED claims" if info.skip_locked else "locking claims (no SKIP LOCKED)"
+        if not info.galera:
+            return True, f"{kind} {info.version_text}, single server, {claim}"
+        status = {
+            str(name).lower(): str(value) for name, value in self._rows(self._sql["galera_status"])
+        }
+        size = status.get("wsrep_cluster_size", "?")
+        state = status.get("wsrep_local_state_comment", "?")
+        primary = status.get("wsrep_cluster_status", "?")
+        healthy = state == "Synced" and primary == "Primary"
+        return healthy, (
+            f"Galera cluster node ({kind} {info.version_text}): {size} node(s), this one "
+            f"{state}, component {primary}; drains may use any node, conflicts between "
+            "nodes are retried (README: Galera)"
+        )
+
+    def _claim_select(self) -> str:
+        skip_locked = self.server.skip_locked and not self.force_locking_claim
+        return "claim_select" if skip_locked else "claim_select_locking"
+
+    def explain_claim(self, queue: str, limit: int) -> list[str]:
+        with self._errors(), self.conn.cursor(pymysql.cursors.DictCursor) as cursor:
+            cursor.execute(self._sql["explain_claim"], (queue, limit))
+            return [
+                " ".join(f"{k}={v}" for k, v in row.items() if v is not None)
+                for row in cursor.fetchall()
+            ]
+
+    # -- producing: sizes and multi-row INSERTs ---------------------------------
 
     def payload_fits(self, payload: bytes) -> bool:
         # At most max_allowed_packet / 2 - 1024, its escaped text (at most twice
@@ -347,211 +316,44 @@ class MysqlBackend(MysqlOperate):
                     "was stored"
                 )
 
-    def enqueue(
+    def _insert(
         self,
+        tx: Tx,
         queue: str,
         payloads: Sequence[bytes],
-        *,
-        delay: float = 0.0,
-        priority: int = 0,
-        unique_key: str | None = None,
-    ) -> list[int | None]:
-        self.check_sizes(payloads)
-        micros = int(delay * 1_000_000)
-        if unique_key is not None:
-            return self._transaction(
-                lambda cursor: insert_rows(
-                    cursor, self._sql, queue, payloads, micros, priority, unique_key
-                )
-            )
-        return self._transaction(
-            lambda cursor: self._insert_many(cursor, queue, payloads, micros, priority)
-        )
-
-    def _insert_many(
-        self, cursor: Any, queue: str, payloads: Sequence[bytes], micros: int, priority: int
+        when: object,
+        priority: int,
+        unique_key: str | None,
     ) -> list[int | None]:
         info = self.server
-        if not info.returning and info.lock_mode == 2:
-            # Interleaved auto-increment: a multi-row INSERT's ids may not be consecutive.
-            return insert_rows(cursor, self._sql, queue, payloads, micros, priority, None)
+        if unique_key is not None or (not info.returning and info.lock_mode == 2):
+            # One by one: a unique key may be taken; with interleaved auto-increment a
+            # multi-row INSERT's ids may not be consecutive.
+            return insert_each(
+                tx, self._sql, queue, payloads, when, priority, unique_key, duplicate
+            )
         # The server refuses a statement whose values add up to more than half
         # of max_allowed_packet (measured: the connection drops), escaped or not.
         budget = min(max_payload(info.max_packet), 8 << 20)
-        ids: list[int | None] = []
-        chunk: list[bytes] = []
-        size = 0
-        for payload in payloads:
-            cost = escaped_size(payload) + 80
-            if chunk and (size + cost > budget or len(chunk) >= 1000):
-                ids += self._insert_chunk(cursor, queue, chunk, micros, priority)
-                chunk, size = [], 0
-            chunk.append(payload)
-            size += cost
-        if chunk:
-            ids += self._insert_chunk(cursor, queue, chunk, micros, priority)
-        return ids
-
-    def _insert_chunk(
-        self, cursor: Any, queue: str, chunk: list[bytes], micros: int, priority: int
-    ) -> list[int | None]:
-        values = ",".join([self._sql["insert_row"]] * len(chunk))
-        params: list[object] = []
-        for payload in chunk:
-            params += (queue, priority, micros, None, payload)
-        if self.server.returning:
-            cursor.execute(self._sql["insert_returning"].replace("{values}", values), params)
-            return [row[0] for row in cursor.fetchall()]
-        cursor.execute(self._sql["insert"].replace("{values}", values), params)
-        first = cursor.lastrowid
-        return [first + i * self.server.increment for i in range(len(chunk))]
-
-    # -- draining ---------------------------------------------------------
-
-    def claim(self, queue: str, limit: int, owner: str) -> list[Message]:
-        skip_locked = self.server.skip_locked and not self.force_locking_claim
-        select = self._sql["claim_select" if skip_locked else "claim_select_locking"]
-
-        def body(cursor: Any) -> list[Any]:
-            cursor.execute(select, (queue, limit))
-            rows = cursor.fetchall()
-            if rows:
-                mark = self._sql["claim_mark"].replace("{ids}", placeholders(len(rows), "%s"))
-                cursor.execute(mark, (owner, *[row[0] for row in rows]))
-            return list(rows)
-
-        return [
-            Message(
-                id=row[0],
-                queue=row[1],
-                status="processing",
-                priority=row[2],
-                error_count=row[3],
-                created_at=utc(row[4]),  # type: ignore[arg-type]
-                available_at=utc(row[5]),  # type: ignore[arg-type]
-                unique_key=row[6],
-                payload=bytes(row[7]),
-                owner=owner,
-            )  # fmt: skip
-            for row in self._transaction(body)
-        ]
-
-    def _change(self, sql: str, params: Sequence[object]) -> int:
-        """One autocommitted statement; deadlocks and lock waits are retried."""
-        retries = self.retries
-        for attempt in range(retries + 1):
-            try:
-                with self._errors(), self.conn.cursor() as cursor:
-                    return int(cursor.execute(sql, params))
-            except Deadlock:
-                if attempt == retries:
-                    raise
-                _backoff(attempt)
-        raise AssertionError("unreachable")
-
-    def ack_success(self, message: Message, owner: str, retention: float = 0.0) -> bool:
-        if retention > 0 and message.unique_key is not None:
-            params = (int(retention * 1e6), message.id, owner)
-            return self._change(self._sql["ack_tombstone"], params) == 1
-        return self._change(self._sql["ack_delete"], (message.id, owner)) == 1
-
-    def ack_success_many(self, ids: Sequence[int], owner: str) -> int:
-        sql = self._sql["ack_delete_many"].replace("{ids}", placeholders(len(ids), "%s"))
-        return self._change(sql, (*ids, owner))
-
-    def ack_failure(
-        self, message: Message, owner: str, error: str, retry_in: float, failed: bool
-    ) -> bool:
-        params = ("failed" if failed else "ready", error, int(retry_in * 1e6), message.id, owner)
-        return self._change(self._sql["ack_failure"], params) == 1
-
-    def heartbeat(self, ids: Sequence[int], owner: str) -> int:
-        sql = self._sql["heartbeat"].replace("{ids}", placeholders(len(ids), "%s"))
-        return self._change(sql, (*ids, owner)) if ids else 0
-
-    def release(self, ids: Sequence[int], owner: str) -> int:
-        sql = self._sql["release"].replace("{ids}", placeholders(len(ids), "%s"))
-        return self._change(sql, (*ids, owner)) if ids else 0
-
-    def owned(self, ids: Sequence[int], owner: str) -> list[int]:
-        if not ids:
-            return []
-        sql = self._sql["owned"].replace("{ids}", placeholders(len(ids), "%s"))
-        with self._errors(), self.conn.cursor() as cursor:
-            cursor.execute(sql, (*ids, owner))
-            return [int(row[0]) for row in cursor.fetchall()]
-
-    def release_owner(self, queue: str, owner: str) -> int:
-        return self._change(self._sql["release_owner"], (queue, owner))
-
-    def purge_tombstones(self, queue: str) -> int:
-        return self._change(self._sql["purge_tombstones"], (queue,))
-
-    def explain_claim(self, queue: str, limit: int) -> list[str]:
-        with self._errors(), self.conn.cursor(pymysql.cursors.DictCursor) as cursor:
-            cursor.execute(self._sql["explain_claim"], (queue, limit))
-            return [
-                " ".join(f"{k}={v}" for k, v in row.items() if v is not None)
-                for row in cursor.fetchall()
-            ]
-
-    # -- reading ----------------------------------------------------------
-
-    def stats(
-        self, queue: str | None, stalled_after: Callable[[str], float]
-    ) -> dict[str, QueueStats]:
-        sql = self._sql["stats"].replace("{queue_filter}", "AND queue = %s" if queue else "")
-        result: dict[str, QueueStats] = {}
-        with self._errors(), self.conn.cursor() as cursor:
-            cursor.execute(sql, (queue,) if queue else ())
-            for name, ready, delayed, processing, failed, oldest in cursor.fetchall():
-                stalled = 0
-                if processing:
-                    cursor.execute(
-                        self._sql["count_stalled"], (name, int(stalled_after(name) * 1_000_000))
-                    )
-                    stalled = int((cursor.fetchone() or (0,))[0])
-                result[name] = QueueStats(
-                    ready=int(ready),
-                    delayed=int(delayed),
-                    processing=int(processing) - stalled,
-                    stalled=stalled,
-                    failed=int(failed),
-                    oldest_ready_seconds=max(float(oldest), 0.0) if oldest is not None else None,
-                )
-        return result
-
-
-def _backoff(attempt: int) -> None:
-    # Jitter so that two drains that collided do not collide again; at most
-    # half a second between tries (Galera's 40 tries span about 15 s).
-    time.sleep(min(random.uniform(0.005, 0.05) * (attempt + 1), 0.5))
-
-
-def insert_rows(
-    cursor: Any,
-    sql: dict[str, str],
-    queue: str,
-    payloads: Sequence[bytes],
-    micros: int,
-    priority: int,
-    unique_key: str | None,
-) -> list[int | None]:
-    """One INSERT per message, inside the caller's transaction (ours or an application's)."""
-    statement = sql["insert"].replace("{values}", sql["insert_row"])
-    ids: list[int | None] = []
-    for payload in payloads:
-        if unique_key is not None:
-            cursor.execute(sql["purge_expired_key"], (queue, unique_key))
-        try:
-            cursor.execute(statement, (queue, priority, micros, unique_key, payload))
-        except pymysql.err.IntegrityError as exc:
-            if error_code(exc) != ER_DUP_ENTRY:
-                raise
-            ids.append(None)  # the key is taken: skipped, as documented
+        chunking = (1000, budget, lambda p: escaped_size(p) + 80)
+        if info.returning:
+            statement, ids = "insert_returning", _returned
         else:
-            ids.append(cursor.lastrowid)
-    return ids
+            statement, ids = "insert", self._stepped
+        return insert_rows(tx, self._sql, queue, payloads, when, priority, chunking, ids, statement)
+
+    def _stepped(self, tx: Tx, statement: str, params: list[object], count: int) -> list[int]:
+        first = tx.insert(statement, params)
+        assert first is not None
+        return [first + i * self.server.increment for i in range(count)]
+
+
+def _returned(tx: Tx, statement: str, params: list[object], count: int) -> list[int]:
+    return [int(row[0]) for row in tx.rows(statement, params)]
+
+
+def duplicate(exc: BaseException) -> bool:
+    return isinstance(exc, pymysql.err.IntegrityError) and error_code(exc) == ER_DUP_ENTRY
 
 
 def insert_in_transaction(
@@ -579,9 +381,10 @@ def insert_in_transaction(
                         f"message ({too_large_hint(packet)}); nothing was sent, your "
                         "transaction is untouched"
                     )
-            ids = insert_rows(
-                cursor, queries(table), queue, [payload], int(delay * 1e6), priority, unique_key
-            )
+            ids = insert_each(
+                Tx(cursor), queries(table), queue, [payload], int(delay * 1e6), priority,
+                unique_key, duplicate,
+            )  # fmt: skip
     except pymysql.MySQLError as exc:
         if error_code(exc) == ER_NO_SUCH_TABLE:
             raise SchemaMissing(f"the queue table {table!r} is missing: run `mq init`") from None

@@ -16,7 +16,8 @@ Schema versions:
   is over unique_slot, CONCAT(queue, ':', unique_key), NULL without a key:
   Galera certifies every write by its unique index values, NULL parts
   included, so (queue, NULL) made every write of a queue conflict with every
-  concurrent write from another node. SQLite is unchanged.
+  concurrent write from another node. SQLite is unchanged. PostgreSQL
+  tables start at this version.
 
 A migration step ``n`` takes a table from version n to n + 1; after the steps,
 :func:`migrate` restores any missing column or index, then records the version.
@@ -117,7 +118,7 @@ def _step_0(backend: Backend) -> list[str]:
 def _step_1(backend: Backend) -> list[str]:
     """1 -> 2: MySQL's unique index moves to unique_slot (NULL without a key)."""
     if backend.kind != "mysql":
-        return ["nothing to change on SQLite"]
+        return [f"nothing to change on {backend.kind}"]
     shape = backend.table_shape()
     done = []
     if shape is not None and "unique_slot" not in shape.columns:

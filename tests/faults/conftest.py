@@ -3,6 +3,7 @@
 ``fault_mysql``: a fresh MariaDB database with the schema, like the suite's
 ``mysql_db`` but robust to the server restarting mid-test: the database is
 dropped through a new connection, after making sure the server is up again.
+``fault_pg``: the same on PostgreSQL; ``fault_db``: each scenario on both.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pymysql
 import pytest
 
 from mq_cli.dburl import parse_database_url
-from tests.conftest import MYSQL_URL, Db, cannot_run_here
+from tests.conftest import MYSQL_URL, PG_URL, Db, _pg_connect, cannot_run_here
 
 
 def admin() -> pymysql.connections.Connection:
@@ -48,3 +49,30 @@ def fault_mysql(tmp_path: Path) -> Iterator[Db]:
         with conn.cursor() as cursor:
             cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
         conn.close()
+
+
+@pytest.fixture
+def fault_pg(tmp_path: Path) -> Iterator[Db]:
+    try:
+        conn = _pg_connect(PG_URL)
+    except Exception as exc:  # noqa: BLE001 - no driver or no server
+        cannot_run_here(f"PostgreSQL at {PG_URL} unreachable: {exc}")
+    name = "mqf_" + uuid.uuid4().hex[:12]
+    conn.execute(f'CREATE DATABASE "{name}"')
+    conn.close()
+    rest = re.sub(r"/[^/?]*(\?|$)", f"/{name}\\1", PG_URL.split("://", 1)[1], count=1)
+    db = Db("postgres", PG_URL.split("://", 1)[0] + "://" + rest, tmp_path)
+    try:
+        result = db.run("init")
+        assert result.exit_code == 0, result.output
+        yield db
+    finally:
+        conn = _pg_connect(PG_URL)
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.close()
+
+
+@pytest.fixture(params=["mysql", "postgres"])
+def fault_db(request: pytest.FixtureRequest) -> Db:
+    """A scenario's database, on MariaDB and on PostgreSQL."""
+    return request.getfixturevalue("fault_mysql" if request.param == "mysql" else "fault_pg")

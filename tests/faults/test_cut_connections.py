@@ -1,4 +1,4 @@
-"""A TCP proxy between the drains and MariaDB drops every connection at random
+"""A TCP proxy between the drains and MariaDB or PostgreSQL drops every connection at random
 moments, and right after chosen handlers succeeded (before the drain
 acknowledges). Drains reconnect; nothing is lost, nothing runs twice."""
 
@@ -51,12 +51,13 @@ class CutOnRequest(threading.Thread):
         self.sock.close()
 
 
-def test_connections_cut_at_random_and_between_success_and_ack(fault_mysql, tmp_path):
-    db = fault_mysql
+def test_connections_cut_at_random_and_between_success_and_ack(fault_db, tmp_path):
+    db = fault_db
     settings = parse_database_url(db.url)
     proxy = Proxy((settings.host, settings.port))
     on_request = CutOnRequest(proxy)
-    proxied = f"mysql://{settings.user or 'root'}@127.0.0.1:{proxy.port}/{settings.database}"
+    scheme, user = ("postgresql", "postgres") if db.kind == "postgres" else ("mysql", "root")
+    proxied = f"{scheme}://{settings.user or user}@127.0.0.1:{proxy.port}/{settings.database}"
     fleet = None
     try:
         s = Scenario(
@@ -102,7 +103,7 @@ def test_connections_cut_at_random_and_between_success_and_ack(fault_mysql, tmp_
     reconnects = stderr.count("reconnecting")
     not_held = stderr.count("was no longer held by this drain")
     print(
-        f"\nFIGURES cut: {s.figures(analysis)} cuts={proxy.cuts} "
+        f"\nFIGURES cut ({db.kind}): {s.figures(analysis)} cuts={proxy.cuts} "
         f"cuts_after_success={on_request.requests} reconnects={reconnects} "
         f"acks_refused_after_retry={not_held}"
     )

@@ -435,7 +435,7 @@ def test_unique_keys_and_payloads_are_parameters_not_sql(db):
     [
         "sqlite://user:Zq9secret@host/x.db",  # no third slash: not a path
         "sqlite://user:Zq9secret@",
-        "postgresql://user:Zq9secret@host/db",
+        "oracle://user:Zq9secret@host/db",  # a scheme mq does not support
         "mysql://user:Zq9secret@host:99999/db",
         "mysql://user:Zq9secret@host/",
         "user:Zq9secret@host/db",
@@ -451,6 +451,25 @@ def test_a_bad_url_never_shows_its_password(url, tmp_path):
         assert result.exit_code in (1, 2), (args, result.output)
         assert "Zq9secret" not in result.output, (args, result.output)
         assert "***" in result.output, (args, result.output)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://user:Zq9secret@nosuchhost.invalid/db",
+        "mysql://user:Zq9secret@nosuchhost.invalid/db",
+    ],
+)
+def test_an_unreachable_database_never_shows_its_password(url):
+    from click.testing import CliRunner
+
+    from mq_cli.cli import cli
+
+    for args in (["-d", url, "stats"], ["-v", "-d", url, "check"]):
+        result = CliRunner().invoke(cli, args, env={"MQ_DATABASE_URL": url, "MQ_CONFIG": None})
+        assert result.exit_code in (1, 3), (args, result.output)
+        assert "Zq9secret" not in result.output, (args, result.output)
+        assert "nosuchhost.invalid" in result.output, (args, result.output)
 
 
 @pytest.mark.parametrize("kind", ["exec", "python"])

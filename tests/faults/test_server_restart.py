@@ -1,5 +1,6 @@
-"""The cron soak while the MariaDB server is stopped and started twice: drains
-either recover (reconnect and acknowledge) or exit 3 cleanly; nothing is lost.
+"""The cron soak while the MariaDB or PostgreSQL server is stopped and started
+twice: drains either recover (reconnect and acknowledge) or exit 3 cleanly;
+nothing is lost.
 
 The server stopped is a private one this test starts (tests/servers.py) and
 stops by its pid: never the shared server the rest of the suite uses."""
@@ -33,16 +34,28 @@ DOWN_FOR = (3.0, 25.0)
 AFTER_OUTAGE = 20.0
 
 
-@pytest.fixture
-def private_server(tmp_path):
-    """A MariaDB of this test's own (datadir, port, socket), with a database and schema."""
-    reason = servers.unavailable()
-    if reason:
-        cannot_run_here(f"cannot start a private MariaDB: {reason}")
-    server = servers.PrivateMariadb()
+@pytest.fixture(params=["mysql", "postgres"])
+def private_server(request, tmp_path):
+    """A server of this test's own (datadir, port, socket), with a database and schema:
+    MariaDB or PostgreSQL. Both have stop() (by pid), start() and running()."""
+    server: servers.PrivateMariadb | servers.PrivatePostgres
+    if request.param == "mysql":
+        reason = servers.unavailable()
+        if reason:
+            cannot_run_here(f"cannot start a private MariaDB: {reason}")
+        server = servers.PrivateMariadb()
+    else:
+        reason = servers.pg_unavailable()
+        if reason:
+            cannot_run_here(f"cannot start a private PostgreSQL: {reason}")
+        server = servers.PrivatePostgres()
     try:
-        server.node.sql("CREATE DATABASE mq_restart")
-        db = Db("mysql", f"mysql://root@127.0.0.1:{server.port}/mq_restart", tmp_path)
+        if isinstance(server, servers.PrivatePostgres):
+            server.sql("CREATE DATABASE mq_restart")
+            db = Db("postgres", server.url("mq_restart"), tmp_path)
+        else:
+            server.node.sql("CREATE DATABASE mq_restart")
+            db = Db("mysql", f"mysql://root@127.0.0.1:{server.port}/mq_restart", tmp_path)
         result = db.run("init")
         assert result.exit_code == 0, result.output
         yield server, db
@@ -87,7 +100,7 @@ def test_server_stopped_and_started_twice(private_server, tmp_path):
         left = s.finish()
     finally:
         s.fleet.kill_all()
-        if not server.node.running():
+        if not server.running():
             server.start()
 
     gave_up = [d for d in s.fleet.drains if d.proc.returncode == 3 and "gc --stalled" in d.stderr()]
@@ -100,7 +113,7 @@ def test_server_stopped_and_started_twice(private_server, tmp_path):
     analysis = s.analyse(hit)
     codes = s.fleet.exit_codes()
     print(
-        f"\nFIGURES restart: {s.figures(analysis)} restarts={len(outages)} "
+        f"\nFIGURES restart ({db.kind}): {s.figures(analysis)} restarts={len(outages)} "
         f"downtime={sum(up - down for down, up in outages):.1f}s "
         f"gave_up_holding_messages={len(gave_up)}"
     )

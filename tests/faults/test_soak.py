@@ -1,4 +1,4 @@
-"""Cron soak on MariaDB: a simulated crontab starts drains of several queues
+"""Cron soak on MariaDB and PostgreSQL: a simulated crontab starts drains of several queues
 every ~0.5 s while handlers fail and sleep at random, a producer keeps
 enqueuing, gc runs now and then, and a chaos thread kill -9s random drains.
 Then gc and final drains; the history must satisfy the contract."""
@@ -19,8 +19,8 @@ SOAK_SECONDS = 45
 WORK = {"sleep": 0.05, "fail": 0.1}  # each run sleeps up to 50 ms and fails one time in ten
 
 
-def test_cron_soak_with_kill_9(fault_mysql, tmp_path):
-    db = fault_mysql
+def test_cron_soak_with_kill_9(fault_db, tmp_path):
+    db = fault_db
     s = Scenario(tmp_path, db.url, db.sql, {"alpha": {}, "beta": {}, "poison": POISON}, db.env())
     # Half the messages are there from the start, the rest arrive while drains run.
     s.enqueue("alpha", 600, **WORK)
@@ -50,7 +50,7 @@ def test_cron_soak_with_kill_9(fault_mysql, tmp_path):
         s.fleet.kill_all()
 
     analysis = s.analyse()
-    print(f"\nFIGURES soak: {s.figures(analysis)}")
+    print(f"\nFIGURES soak ({db.kind}): {s.figures(analysis)}")
     assert not left, f"still not done after the final drains: {left}"
     assert s.gc_log.failures == []
     assert s.fleet.problems() == []

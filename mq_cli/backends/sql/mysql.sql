@@ -49,12 +49,6 @@ SET SESSION wait_timeout = GREATEST(@@session.wait_timeout, 28800)
 SELECT VERSION(), @@max_allowed_packet, @@auto_increment_increment, @@innodb_autoinc_lock_mode,
        @@wsrep_on
 
--- name: session_settings
--- A handler may run for its whole timeout between two statements of a drain:
--- a short server wait_timeout would drop the idle connection each time (and
--- log a reconnect that cron mails). 8 h, the usual default, unless longer.
-SET SESSION wait_timeout = GREATEST(@@session.wait_timeout, 28800)
-
 -- name: server_info_mysql
 SELECT VERSION(), @@max_allowed_packet, @@auto_increment_increment, @@innodb_autoinc_lock_mode, 0
 
@@ -70,6 +64,10 @@ VALUES {values} RETURNING id
 -- name: insert
 INSERT INTO `{table}` (queue, priority, available_at, created_at, unique_key, payload)
 VALUES {values}
+
+-- name: insert_one
+INSERT INTO `{table}` (queue, priority, available_at, created_at, unique_key, payload)
+VALUES (%s, %s, TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6)), UTC_TIMESTAMP(6), %s, %s)
 
 -- name: insert_row
 (%s, %s, TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6)), UTC_TIMESTAMP(6), %s, %s)
@@ -96,7 +94,7 @@ ORDER BY queue
 -- name: count_stalled
 SELECT COUNT(*) FROM `{table}`
 WHERE queue = %s AND status = 'processing'
-  AND heartbeat_at < TIMESTAMPADD(MICROSECOND, -%s, UTC_TIMESTAMP(6))
+  AND heartbeat_at < TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6))
 
 -- name: claim_select
 -- Oldest ready messages of the highest priority, in index order, skipping rows
@@ -189,12 +187,13 @@ ORDER BY id
 LIMIT %s
 
 -- name: find_stalled
--- Stalled: processing, heartbeat older than the bound (microseconds).
+-- Stalled: processing, heartbeat older than the bound (now + a negative number of
+-- microseconds).
 SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
        last_error, owner, heartbeat_at
 FROM `{table}`
 WHERE queue = %s AND status = 'processing'
-  AND heartbeat_at < TIMESTAMPADD(MICROSECOND, -%s, UTC_TIMESTAMP(6))
+  AND heartbeat_at < TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6))
   AND id > %s
 ORDER BY id
 LIMIT %s
@@ -207,7 +206,7 @@ SELECT id, queue, status, priority, error_count, created_at, available_at, uniqu
        last_error, owner, heartbeat_at
 FROM `{table}`
 WHERE queue = %s AND status = 'processing'
-  AND heartbeat_at < TIMESTAMPADD(MICROSECOND, -%s, UTC_TIMESTAMP(6))
+  AND heartbeat_at < TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6))
 LIMIT %s
 
 -- name: pick_failed
@@ -224,7 +223,7 @@ LIMIT %s
 -- again meanwhile is left alone.
 SELECT id, error_count FROM `{table}`
 WHERE id IN ({ids}) AND queue = %s AND status = 'processing'
-  AND heartbeat_at < TIMESTAMPADD(MICROSECOND, -%s, UTC_TIMESTAMP(6))
+  AND heartbeat_at < TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6))
 FOR UPDATE
 
 -- name: lock_failed
@@ -241,7 +240,7 @@ SET status = 'ready', last_error = CONCAT(%s, COALESCE(owner, 'unknown'), %s),
     error_count = error_count + 1, owner = NULL, heartbeat_at = NULL,
     available_at = UTC_TIMESTAMP(6)
 WHERE id IN ({ids}) AND queue = %s AND status = 'processing'
-  AND heartbeat_at < TIMESTAMPADD(MICROSECOND, -%s, UTC_TIMESTAMP(6))
+  AND heartbeat_at < TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6))
   AND error_count + 1 < %s
 
 -- name: requeue_stalled_failed
@@ -251,13 +250,13 @@ SET status = 'failed', last_error = CONCAT(%s, COALESCE(owner, 'unknown'), %s),
     error_count = error_count + 1, owner = NULL, heartbeat_at = NULL,
     available_at = UTC_TIMESTAMP(6)
 WHERE id IN ({ids}) AND queue = %s AND status = 'processing'
-  AND heartbeat_at < TIMESTAMPADD(MICROSECOND, -%s, UTC_TIMESTAMP(6))
+  AND heartbeat_at < TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6))
   AND error_count + 1 >= %s
 
 -- name: delete_stalled
 DELETE FROM `{table}`
 WHERE id IN ({ids}) AND queue = %s AND status = 'processing'
-  AND heartbeat_at < TIMESTAMPADD(MICROSECOND, -%s, UTC_TIMESTAMP(6))
+  AND heartbeat_at < TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6))
 
 -- name: requeue_failed
 UPDATE `{table}`
@@ -420,3 +419,11 @@ SET available_at = TIMESTAMPADD(MICROSECOND,
         -TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), created_at), available_at),
     created_at = UTC_TIMESTAMP(6)
 WHERE status = 'ready' AND created_at > UTC_TIMESTAMP(6)
+
+-- name: meta_paused
+-- Paused queues (`mq pause`): 'paused:QUEUE', or 'paused#HASH' for a long name;
+-- the value is "since|QUEUE".
+SELECT name, value FROM `{table}_meta` WHERE LEFT(name, 7) IN ('paused:', 'paused#')
+
+-- name: meta_delete
+DELETE FROM `{table}_meta` WHERE name = %s

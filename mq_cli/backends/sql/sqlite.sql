@@ -36,6 +36,10 @@ SELECT value FROM "{table}_meta" WHERE name = 'schema_version'
 INSERT INTO "{table}" (queue, priority, available_at, created_at, unique_key, payload)
 VALUES {values}
 
+-- name: insert_one
+INSERT INTO "{table}" (queue, priority, available_at, created_at, unique_key, payload)
+VALUES (?, ?, strftime('%Y-%m-%d %H:%M:%f', 'now', ?), strftime('%Y-%m-%d %H:%M:%f', 'now'), ?, ?)
+
 -- name: insert_row
 (?, ?, strftime('%Y-%m-%d %H:%M:%f', 'now', ?), strftime('%Y-%m-%d %H:%M:%f', 'now'), ?, ?)
 
@@ -346,3 +350,11 @@ SET available_at = strftime('%Y-%m-%d %H:%M:%f',
         julianday(available_at) - (julianday(created_at) - julianday('now'))),
     created_at = {now}
 WHERE status = 'ready' AND created_at > {now}
+
+-- name: meta_paused
+-- Paused queues (`mq pause`): 'paused:QUEUE', or 'paused#HASH' for a long name;
+-- the value is "since|QUEUE".
+SELECT name, value FROM "{table}_meta" WHERE substr(name, 1, 7) IN ('paused:', 'paused#')
+
+-- name: meta_delete
+DELETE FROM "{table}_meta" WHERE name = ?

@@ -1,0 +1,325 @@
+"""PostgreSQL dialect through psycopg 3: connection, error mapping, one-statement claims."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from ..dburl import DatabaseSettings
+from ..errors import (
+    ConfigError,
+    ConnectionLost,
+    DatabaseError,
+    Deadlock,
+    MqError,
+    SchemaMissing,
+)
+from .sqlcore import SqlBackend, Tx, insert_each, insert_rows
+from .sqlcore import queries as dialect_queries
+
+try:
+    import psycopg
+    import psycopg.rows
+except ImportError:  # pragma: no cover - the extra is not installed
+    psycopg = None  # type: ignore[assignment]
+
+MISSING = (
+    "a postgresql:// database needs psycopg 3, which is not installed: "
+    "pip install 'mq-cli[postgres]'"
+)
+#: identifiers are at most 63 bytes: room for the longest name mq derives, `<table>_unique`
+MAX_TABLE = 63 - len("_unique")
+#: the oldest server mq runs on (WITH ... AS MATERIALIZED)
+MIN_VERSION = 120000
+#: deadlock, serialization failure, lock timeout: the statement changed nothing, run it again
+RETRYABLE = {"40P01", "40001", "55P03"}
+UNDEFINED_TABLE = "42P01"
+#: a queue table that empties and fills all day: vacuum it early and unthrottled, and
+#: leave room on each page for the claim's and the ack's new row versions
+STORAGE = {
+    "fillfactor": "70",
+    "autovacuum_vacuum_scale_factor": "0.01",
+    "autovacuum_vacuum_threshold": "1000",
+    "autovacuum_vacuum_cost_delay": "0",
+}
+#: `mq check` fails when a transaction in the database has been open this long (seconds) ...
+LONG_TRANSACTION = 300.0
+#: ... or when dead rows outnumber live ones (and DEAD_ROWS) with no vacuum for VACUUM_AGE
+DEAD_ROWS = 10_000
+VACUUM_AGE = 3600.0
+
+
+def _storage() -> str:
+    return ", ".join(f"{name} = {value}" for name, value in STORAGE.items())
+
+
+def queries(table: str) -> dict[str, str]:
+    if len(table) > MAX_TABLE:
+        # PostgreSQL would cut `<table>_unique` short (a NOTICE only), and no check
+        # would ever find the index again.
+        raise ConfigError(
+            f"table name {table!r} is {len(table)} characters: on PostgreSQL it may have "
+            f"at most {MAX_TABLE} characters (its identifiers are at most 63 bytes)"
+        )
+    return dialect_queries("postgres", table, storage=_storage())
+
+
+def ddl(table: str) -> list[str]:
+    sql = queries(table)
+    return [sql[name] for name in PostgresBackend.ddl_names]
+
+
+def require_driver() -> None:
+    if psycopg is None:
+        raise ConfigError(MISSING)
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    return getattr(exc, "sqlstate", None)
+
+
+def _text(exc: BaseException) -> str:
+    # The server's message, first line only (psycopg adds context lines).
+    diag = getattr(exc, "diag", None)
+    primary = getattr(diag, "message_primary", None) if diag is not None else None
+    return primary or (str(exc).strip().splitlines() or ["connection closed"])[0]
+
+
+class PostgresBackend(SqlBackend):
+    kind = dialect = "postgres"
+    ddl_names = ("create_table", "create_claim_index", "create_unique_index", "create_meta")
+    #: bytea holds up to 1 GB; payloads travel as binary parameters (no escaping)
+    max_payload = 1_000_000_000 - 1024
+
+    def _storable(self, value: str) -> str:
+        # PostgreSQL's text cannot hold NUL: a handler's error that printed one
+        # would make its own failure unrecordable. Stored as the escape mq shows.
+        return value.replace("\x00", "\\x00")
+
+    def __init__(self, settings: DatabaseSettings, table: str, *, create: bool = False):
+        require_driver()
+        self.settings = settings
+        self.table = table
+        self._sql = queries(table)
+        self.driver_errors = (psycopg.Error,)
+        self.conn = self._connect()
+        if create and self.schema_version() is None:
+            self.init_schema()
+
+    # -- the dialect: connection, errors, transactions, times -------------------
+
+    def _connect(self) -> Any:
+        s = self.settings
+        options: dict[str, Any] = {
+            "user": s.user or "postgres",
+            "dbname": s.database,
+            "port": s.port,
+            "connect_timeout": max(1, round(s.connect_timeout)),
+            "application_name": "mq",
+            "autocommit": True,
+        }
+        if s.password is not None:
+            options["password"] = s.password
+        if s.unix_socket:
+            options["host"] = s.unix_socket
+        else:
+            options["host"] = s.host
+            # A cut connection surfaces as an error within ~2 minutes instead of a hang.
+            options.update(keepalives=1, keepalives_idle=30, keepalives_interval=10)
+            options.update(keepalives_count=3, tcp_user_timeout=120_000)
+        # TLS as the config says, never probed (FIELD-NOTES, trap 4: decide it, do not guess).
+        if s.sslmode:
+            options["sslmode"] = s.sslmode
+        elif s.ssl:
+            options["sslmode"] = "verify-full" if s.ssl_verify else "require"
+        else:
+            options["sslmode"] = "disable"
+        if s.ssl_ca:
+            options["sslrootcert"] = s.ssl_ca
+        try:
+            conn = psycopg.connect(**options)
+        except psycopg.Error as exc:
+            raise self._wrap(exc, connecting=True) from None
+        version = conn.info.server_version
+        if version < MIN_VERSION:
+            conn.close()
+            raise DatabaseError(
+                f"{s.describe()} runs PostgreSQL {version // 10000}: mq needs 12 or later"
+            )
+        self.version = version
+        return conn
+
+    def _wrap(self, exc: BaseException, connecting: bool = False) -> MqError:
+        where = self.settings.describe()
+        state = _sqlstate(exc) or ""
+        text = _text(exc)
+        if state in ("28P01", "28000"):
+            return DatabaseError(
+                f"access denied at {where}: {text} (check the user, the password and "
+                "pg_hba.conf; the password is not shown)"
+            )
+        if state == "3D000":
+            return DatabaseError(f"database does not exist at {where}: create it first")
+        if connecting:
+            return DatabaseError(f"cannot connect to the database at {where}: {text}")
+        if state == UNDEFINED_TABLE:
+            return SchemaMissing(
+                f"the queue table {self.table!r} is missing at {where}: run `mq init`"
+            )
+        if state in RETRYABLE:
+            return Deadlock(f"{where}: {text} (retries exhausted)")
+        if (
+            isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))
+            and (self.conn.closed or state.startswith("08") or state.startswith("57P"))
+        ) or state.startswith("08"):
+            return ConnectionLost(f"lost the connection to {where}: {text}")
+        return DatabaseError(f"{where}: {text}")
+
+    def _begin(self) -> None:
+        self.conn.execute("BEGIN")
+
+    def _commit(self) -> None:
+        self.conn.execute("COMMIT")
+
+    def _rollback(self) -> None:
+        try:
+            if not self.conn.closed:
+                self.conn.execute("ROLLBACK")
+        except psycopg.Error:
+            pass
+
+    def _cursor(self) -> Any:
+        return self.conn.cursor()
+
+    def _time(self, value: Any) -> datetime | None:
+        return value.astimezone(timezone.utc) if value is not None else None
+
+    def _shift(self, seconds: float) -> object:
+        return float(seconds)  # now() + make_interval(secs => %s)
+
+    def reconnect(self) -> None:
+        self.close()
+        self.conn = self._connect()
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except psycopg.Error:
+            pass
+
+    def server_mode(self) -> tuple[bool, str]:
+        major, minor = divmod(self.version, 10000)
+        return True, f"PostgreSQL {major}.{minor}, SKIP LOCKED claims in one statement"
+
+    # -- schema: the storage parameters of a delete-heavy table ------------------
+
+    def init_schema(self) -> list[str]:
+        done = super().init_schema()
+        rows = self._rows(self._sql["storage_read"], (f'"{self.table}"',))
+        have = dict(o.split("=", 1) for o in (rows[0][0] or [])) if rows else {}
+        if any(have.get(name) != value for name, value in STORAGE.items()):
+            self._change(self._sql["storage_set"], ())
+            if not any(line.startswith("created table") for line in done):
+                done.append(f"set the table's storage parameters: {_storage()}")
+        return done
+
+    def health(self) -> list[tuple[str, bool, str]]:
+        found = []
+        rows = self._rows(self._sql["long_transaction"])
+        if rows and rows[0][1] is not None and float(rows[0][1]) > LONG_TRANSACTION:
+            pid, age, state, user, app = rows[0]
+            found.append((
+                "transactions", False,
+                f"a transaction has been open for {float(age) / 60:.0f} min (pid {pid}, user "
+                f"{user}, {app or 'no application_name'}, {state}): VACUUM cannot remove the "
+                "queue's deleted rows meanwhile; end it (pg_terminate_backend) or fix its client",
+            ))  # fmt: skip
+        else:
+            found.append(("transactions", True, "none open for long"))
+        rows = self._rows(self._sql["dead_rows"], (f'"{self.table}"',))
+        if rows:
+            live, dead, since = int(rows[0][0]), int(rows[0][1]), rows[0][2]
+            stale = since is None or float(since) > VACUUM_AGE
+            if dead > max(DEAD_ROWS, live) and stale:
+                last = "never" if since is None else f"{float(since) / 3600:.1f} h ago"
+                found.append((
+                    "dead rows", False,
+                    f"table {self.table} holds {dead} dead row versions for {live} live ones, "
+                    f"last vacuumed {last}: claims slow down; run VACUUM {self.table} and "
+                    "check that autovacuum runs (a long transaction stops it too)",
+                ))  # fmt: skip
+            else:
+                found.append(("dead rows", True, f"{dead} dead, {live} live row versions"))
+        return found
+
+    # -- claims and inserts -------------------------------------------------------
+
+    def _claim(self, queue: str, limit: int, owner: str) -> list[Any]:
+        rows = self._write_rows(self._sql["claim"], (queue, limit, owner))
+        rows.sort(key=lambda row: (-row[2], row[5], row[0]))  # the claim index's order
+        return rows
+
+    def explain_claim(self, queue: str, limit: int) -> list[str]:
+        # The real statement (EXPLAIN alone runs nothing): the CTE's plan is the claim's.
+        statement = "EXPLAIN " + self._sql["claim"]
+        return [str(row[0]) for row in self._rows(statement, (queue, limit, "explain"))]
+
+    def _insert(
+        self,
+        tx: Tx,
+        queue: str,
+        payloads: Sequence[bytes],
+        when: object,
+        priority: int,
+        unique_key: str | None,
+    ) -> list[int | None]:
+        return insert_messages(tx, self._sql, queue, payloads, when, priority, unique_key)
+
+
+def insert_messages(
+    tx: Tx,
+    sql: dict[str, str],
+    queue: str,
+    payloads: Sequence[bytes],
+    when: object,
+    priority: int,
+    unique_key: str | None,
+) -> list[int | None]:
+    """Insert inside the caller's transaction (ours, or an application's)."""
+    if unique_key is not None:
+        return insert_each(tx, sql, queue, payloads, when, priority, unique_key, lambda e: False)
+    chunking = (1000, 64 << 20, lambda p: len(p) + 64)
+    return insert_rows(tx, sql, queue, payloads, when, priority, chunking, _returned)
+
+
+def _returned(tx: Tx, statement: str, params: list[object], count: int) -> list[int]:
+    # One statement draws its ids from the sequence row by row, in VALUES
+    # order: sorted, they are the rows' ids in order.
+    return sorted(int(row[0]) for row in tx.rows(statement, params))
+
+
+def insert_in_transaction(
+    conn: Any,
+    table: str,
+    queue: str,
+    payload: bytes,
+    delay: float,
+    priority: int,
+    unique_key: str | None,
+) -> int | None:
+    """One message inside an application's psycopg transaction (never committed here).
+
+    Its times are the transaction's (now() is when it began)."""
+    require_driver()
+    try:
+        # Rows as tuples whatever row_factory the application chose.
+        with conn.cursor(row_factory=psycopg.rows.tuple_row) as cursor:
+            ids = insert_messages(
+                Tx(cursor), queries(table), queue, [payload], float(delay), priority, unique_key
+            )
+    except psycopg.Error as exc:
+        if _sqlstate(exc) == UNDEFINED_TABLE:
+            raise SchemaMissing(f"the queue table {table!r} is missing: run `mq init`") from None
+        raise DatabaseError(f"PostgreSQL: {_text(exc)}") from exc
+    return ids[0]

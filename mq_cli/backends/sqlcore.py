@@ -1,0 +1,482 @@
+"""What every SQL backend does the same way, over one narrow connector interface.
+
+A dialect (mysql.py, sqlite.py, postgres.py) brings the connection, its error
+mapping into mq's errors (:meth:`SqlBackend._wrap`), how to begin, commit and
+roll back, how a time and a duration travel as parameters, and how a batch of
+messages is inserted. Everything else is written once here: deadlock retries,
+owner-guarded acknowledgements, the operators' locked batches, the schema and
+clock reads, stats. The statements are the named blocks of sql/<dialect>.sql,
+the same names in each. The operators' batches are in sqlops.py.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from abc import abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..errors import Deadlock, MqError, SchemaMissing
+from ..models import Message, QueueStats
+from .base import load_queries, placeholders
+from .sqlops import SqlOperate, as_text
+
+if TYPE_CHECKING:
+    from .schema import Shape
+
+T = TypeVar("T")
+
+#: tries of a statement that deadlocked (a dialect may raise it: Galera)
+RETRIES = 8
+
+
+def queries(dialect: str, table: str, **more: str) -> dict[str, str]:
+    """The dialect's named statements for ``table`` (and other ``{name}`` substitutions)."""
+    result = {}
+    for name, sql in load_queries(dialect).items():
+        sql = sql.replace("{table}", table)
+        for key, value in more.items():
+            sql = sql.replace("{" + key + "}", value)
+        result[name] = sql
+    return result
+
+
+def backoff(attempt: int) -> None:
+    # Jitter so that two drains that collided do not collide again; at most
+    # half a second between tries (Galera's 40 tries span about 15 s).
+    time.sleep(min(random.uniform(0.005, 0.05) * (attempt + 1), 0.5))
+
+
+def pause_key(queue: str) -> str:
+    """The meta row of a paused queue: meta names hold 64 characters, queue names
+    as many, so a long one is named by its hash (the value says which queue)."""
+    if len(queue) <= 57:
+        return f"paused:{queue}"
+    import hashlib
+
+    return "paused#" + hashlib.sha256(queue.encode()).hexdigest()[:50]
+
+
+class Tx:
+    """A DB-API cursor inside a transaction (ours, or an application's)."""
+
+    __slots__ = ("cursor",)
+
+    def __init__(self, cursor: Any):
+        self.cursor = cursor
+
+    def rows(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
+        self.cursor.execute(sql, params)
+        return list(self.cursor.fetchall())
+
+    def change(self, sql: str, params: Sequence[object] = ()) -> int:
+        self.cursor.execute(sql, params)
+        return int(self.cursor.rowcount)
+
+    def insert(self, sql: str, params: Sequence[object]) -> int | None:
+        """One INSERT: the new id (RETURNING id, else lastrowid); None when none was made."""
+        self.cursor.execute(sql, params)
+        if self.cursor.description:
+            row = self.cursor.fetchone()
+            return int(row[0]) if row else None
+        return int(self.cursor.lastrowid)
+
+
+def insert_each(
+    tx: Tx,
+    sql: dict[str, str],
+    queue: str,
+    payloads: Sequence[bytes],
+    when: object,
+    priority: int,
+    unique_key: str | None,
+    duplicate: Callable[[BaseException], bool],
+) -> list[int | None]:
+    """One INSERT per message (the unique-key path): ids, None where the key was taken."""
+    ids: list[int | None] = []
+    for payload in payloads:
+        if unique_key is not None:
+            tx.change(sql["purge_expired_key"], (queue, unique_key))
+        try:
+            ids.append(tx.insert(sql["insert_one"], (queue, priority, when, unique_key, payload)))
+        except Exception as exc:
+            if not duplicate(exc):
+                raise
+            ids.append(None)  # the key is taken: skipped, as documented
+    return ids
+
+
+def insert_rows(
+    tx: Tx,
+    sql: dict[str, str],
+    queue: str,
+    payloads: Sequence[bytes],
+    when: object,
+    priority: int,
+    chunking: tuple[int, int, Callable[[bytes], int]],
+    ids: Callable[[Tx, str, list[object], int], list[int]],
+    statement: str = "insert",
+) -> list[int | None]:
+    """Keyless messages in multi-row INSERTs of at most ``chunking`` = (rows, budget,
+    cost); ``ids(tx, sql, params, count)`` runs one and says the new ids, in order."""
+    result: list[int | None] = []
+    for chunk in chunks(payloads, *chunking):
+        values = ",".join([sql["insert_row"]] * len(chunk))
+        params: list[object] = []
+        for payload in chunk:
+            params += (queue, priority, when, None, payload)
+        result += ids(tx, sql[statement].replace("{values}", values), params, len(chunk))
+    return result
+
+
+def chunks(
+    payloads: Iterable[bytes], rows: int, budget: int, cost: Callable[[bytes], int]
+) -> Iterator[list[bytes]]:
+    """Payloads in groups of at most ``rows``, each within ``budget`` (at least one each)."""
+    chunk: list[bytes] = []
+    size = 0
+    for payload in payloads:
+        price = cost(payload)
+        if chunk and (size + price > budget or len(chunk) >= rows):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(payload)
+        size += price
+    if chunk:
+        yield chunk
+
+
+class SqlBackend(SqlOperate):
+    """The shared body of every SQL backend; a dialect subclasses it."""
+
+    #: the dialect's name: its sql/<dialect>.sql and its ``kind``
+    dialect: str
+    #: the placeholder of a bound value
+    mark = "%s"
+    #: the driver's exceptions that _wrap maps into mq's errors
+    driver_errors: tuple[type[BaseException], ...] = ()
+    #: the statements `mq init` runs on a fresh database, by name
+    ddl_names: tuple[str, ...] = ("create_table", "create_meta")
+    retries = RETRIES
+    conn: Any
+    _sql: dict[str, str]
+
+    # -- what a dialect provides ------------------------------------------------
+
+    @abstractmethod
+    def _wrap(self, exc: BaseException) -> MqError:
+        """The mq error for a driver error."""
+
+    @abstractmethod
+    def _begin(self) -> None: ...
+
+    @abstractmethod
+    def _commit(self) -> None: ...
+
+    @abstractmethod
+    def _rollback(self) -> None:
+        """Roll back, quietly (the connection may be gone already)."""
+
+    @abstractmethod
+    def _time(self, value: Any) -> datetime | None:
+        """A time as the driver returns it, as an aware UTC datetime."""
+
+    @abstractmethod
+    def _shift(self, seconds: float) -> object:
+        """The parameter for "the server's now plus ``seconds``" in this dialect's SQL."""
+
+    @abstractmethod
+    def _insert(
+        self,
+        tx: Tx,
+        queue: str,
+        payloads: Sequence[bytes],
+        when: object,
+        priority: int,
+        unique_key: str | None,
+    ) -> list[int | None]:
+        """Insert the messages inside ``tx``; ids in order, None where skipped."""
+
+    def _cursor(self) -> Any:
+        return self.conn.cursor()
+
+    # -- plumbing ---------------------------------------------------------------
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except self.driver_errors as exc:
+            error = self._wrap(exc)
+            raise error from (None if isinstance(error, SchemaMissing) else exc)
+
+    def _rows(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
+        """A read on its own (autocommitted)."""
+        with self._errors():
+            cursor = self._cursor()
+            try:
+                cursor.execute(sql, params)
+                return list(cursor.fetchall())
+            finally:
+                cursor.close()
+
+    def _change(self, sql: str, params: Sequence[object]) -> int:
+        """One autocommitted statement; deadlocks and lock waits are retried."""
+        return self._retried(lambda: Tx(self._cursor()).change(sql, params))
+
+    def _write_rows(self, sql: str, params: Sequence[object]) -> list[Any]:
+        """One autocommitted statement that changes rows and returns some (RETURNING)."""
+        return self._retried(lambda: Tx(self._cursor()).rows(sql, params))
+
+    def _retried(self, run: Callable[[], T]) -> T:
+        for attempt in range(self.retries + 1):
+            try:
+                with self._errors():
+                    return run()
+            except Deadlock:
+                if attempt == self.retries:
+                    raise
+                backoff(attempt)
+        raise AssertionError("unreachable")
+
+    def _transaction(self, body: Callable[[Tx], T]) -> T:
+        """Run ``body(tx)`` in a transaction, retrying deadlocks and lock waits.
+
+        A transaction whose COMMIT fails changed nothing (on Galera too: a
+        certification failure rolls it back), so running it again is safe.
+        """
+        for attempt in range(self.retries + 1):
+            try:
+                with self._errors():
+                    self._begin()
+                    try:
+                        cursor = self._cursor()
+                        try:
+                            result = body(Tx(cursor))
+                        finally:
+                            cursor.close()
+                        self._commit()
+                        return result
+                    except BaseException:
+                        self._rollback()
+                        raise
+            except Deadlock:
+                if attempt == self.retries:
+                    raise
+                backoff(attempt)
+        raise AssertionError("unreachable")
+
+    def _with_ids(self, name: str, ids: Sequence[int]) -> str:
+        return self._sql[name].replace("{ids}", placeholders(len(ids), self.mark))
+
+    # -- schema -----------------------------------------------------------------
+
+    def ddl(self) -> list[str]:
+        return [self._sql[name] for name in self.ddl_names]
+
+    def schema_version(self) -> int | None:
+        try:
+            rows = self._rows(self._sql["schema_version"])
+        except SchemaMissing:
+            return None
+        return int(rows[0][0]) if rows else None
+
+    def table_shape(self) -> Shape | None:
+        from .schema import Shape
+
+        columns = frozenset(
+            str(row[0]) for row in self._rows(self._sql["table_columns"], (self.table,))
+        )
+        if not columns:
+            return None
+        indexes = self._rows(self._sql["table_indexes"], (self.table,))
+        return Shape(columns, {str(name): bool(unique) for name, unique in indexes})
+
+    def run_schema(self, name: str, params: Sequence[object] = ()) -> None:
+        self._change(self._sql[name], params)
+
+    def run_schema_statement(self, statement: str) -> None:
+        self._change(statement, ())
+
+    def probe_write(self) -> None:
+        # _transaction() rolls back on an exception: raise one once the insert worked.
+        def body(tx: Tx) -> None:
+            tx.change(self._sql["probe_write"])
+            raise _RolledBack
+
+        try:
+            self._transaction(body)
+        except _RolledBack:
+            pass
+
+    # -- the clock record (mq_cli/clock.py decides what it means) ----------------
+
+    def clock_read(
+        self, host_key: str
+    ) -> tuple[datetime, datetime | None, str | None, str | None, str | None]:
+        now, newest, seen, step, host = self._rows(self._sql["clock_read"], (host_key,))[0]
+        return self._time(now), self._time(newest), seen, step, host  # type: ignore[return-value]
+
+    def clock_step_read(self) -> tuple[datetime, str | None]:
+        now, step = self._rows(self._sql["clock_step"])[0]
+        return self._time(now), step  # type: ignore[return-value]
+
+    def meta_put(self, values: dict[str, str]) -> None:
+        def body(tx: Tx) -> None:
+            for pair in values.items():
+                tx.change(self._sql["meta_put"], pair)
+
+        self._transaction(body)
+
+    # -- pauses (in the meta table, so they hold for every host) ---------------
+
+    def paused(self) -> dict[str, str]:
+        """{queue: since} for every paused queue (since: the database's time, text)."""
+        found = {}
+        for _, value in self._rows(self._sql["meta_paused"]):
+            since, _, queue = str(value).partition("|")
+            found[queue] = since
+        return found
+
+    def set_paused(self, queue: str, paused: bool) -> bool:
+        """Pause or resume ``queue``; False when it already was so."""
+        name = pause_key(queue)
+        if not paused:
+            return self._transaction(lambda tx: tx.change(self._sql["meta_delete"], (name,))) > 0
+        if queue in self.paused():
+            return False
+        self.meta_put({name: f"{self.now().isoformat(timespec='seconds')}|{queue}"})
+        return True
+
+    def clock_repair_back(self) -> int:
+        return self._transaction(lambda tx: tx.change(self._sql["clock_repair_back"]))
+
+    # -- producing --------------------------------------------------------------
+
+    def check_sizes(self, payloads: Sequence[bytes]) -> None:
+        """Raise PayloadTooLarge before anything is sent (a dialect words it)."""
+
+    def enqueue(
+        self,
+        queue: str,
+        payloads: Sequence[bytes],
+        *,
+        delay: float = 0.0,
+        priority: int = 0,
+        unique_key: str | None = None,
+    ) -> list[int | None]:
+        self.check_sizes(payloads)
+        when = self._shift(delay)
+        return self._transaction(
+            lambda tx: self._insert(tx, queue, payloads, when, priority, unique_key)
+        )
+
+    # -- draining ---------------------------------------------------------------
+
+    def _claim_rows(self, tx: Tx, queue: str, limit: int, owner: str) -> list[Any]:
+        """Select and mark, two statements in one transaction (PostgreSQL: one)."""
+        rows = tx.rows(self._sql[self._claim_select()], (queue, limit))
+        if rows:
+            tx.change(self._with_ids("claim_mark", rows), (owner, *[row[0] for row in rows]))
+        return rows
+
+    def _claim_select(self) -> str:
+        return "claim_select"
+
+    def _claim(self, queue: str, limit: int, owner: str) -> list[Any]:
+        """The claimed rows, in claim order (PostgreSQL: one statement, no BEGIN)."""
+        return self._transaction(lambda tx: self._claim_rows(tx, queue, limit, owner))
+
+    def claim(self, queue: str, limit: int, owner: str) -> list[Message]:
+        rows = self._claim(queue, limit, owner)
+        time_of = self._time
+        return [
+            Message(
+                id=int(row[0]),
+                queue=row[1],
+                status="processing",
+                priority=row[2],
+                error_count=row[3],
+                created_at=time_of(row[4]),  # type: ignore[arg-type]
+                available_at=time_of(row[5]),  # type: ignore[arg-type]
+                unique_key=as_text(row[6]),
+                payload=bytes(row[7]),
+                owner=owner,
+            )  # fmt: skip
+            for row in rows
+        ]
+
+    def ack_success(self, message: Message, owner: str, retention: float = 0.0) -> bool:
+        if retention > 0 and message.unique_key is not None:
+            params = (self._shift(retention), message.id, owner)
+            return self._change(self._sql["ack_tombstone"], params) == 1
+        return self._change(self._sql["ack_delete"], (message.id, owner)) == 1
+
+    def ack_success_many(self, ids: Sequence[int], owner: str) -> int:
+        return self._change(self._with_ids("ack_delete_many", ids), (*ids, owner))
+
+    def ack_failure(
+        self, message: Message, owner: str, error: str, retry_in: float, failed: bool
+    ) -> bool:
+        status = "failed" if failed else "ready"
+        params = (status, self._storable(error), self._shift(retry_in), message.id, owner)
+        return self._change(self._sql["ack_failure"], params) == 1
+
+    def _storable(self, value: str) -> str:
+        """A handler's text (its error) as this database can store it."""
+        return value
+
+    def heartbeat(self, ids: Sequence[int], owner: str) -> int:
+        return self._change(self._with_ids("heartbeat", ids), (*ids, owner)) if ids else 0
+
+    def release(self, ids: Sequence[int], owner: str) -> int:
+        return self._change(self._with_ids("release", ids), (*ids, owner)) if ids else 0
+
+    def owned(self, ids: Sequence[int], owner: str) -> list[int]:
+        if not ids:
+            return []
+        return [int(row[0]) for row in self._rows(self._with_ids("owned", ids), (*ids, owner))]
+
+    def release_owner(self, queue: str, owner: str) -> int:
+        return self._change(self._sql["release_owner"], (queue, owner))
+
+    def purge_tombstones(self, queue: str) -> int:
+        return self._change(self._sql["purge_tombstones"], (queue,))
+
+    # -- reading ----------------------------------------------------------------
+
+    def stats(
+        self, queue: str | None, stalled_after: Callable[[str], float]
+    ) -> dict[str, QueueStats]:
+        where = f"AND queue = {self.mark}" if queue else ""
+        result: dict[str, QueueStats] = {}
+        rows = self._rows(
+            self._sql["stats"].replace("{queue_filter}", where), (queue,) if queue else ()
+        )
+        for name, ready, delayed, processing, failed, oldest in rows:
+            stalled = 0
+            if processing:
+                bound = self._shift(-stalled_after(name))
+                stalled = int(self._rows(self._sql["count_stalled"], (name, bound))[0][0])
+            result[name] = QueueStats(
+                ready=int(ready),
+                delayed=int(delayed),
+                processing=int(processing) - stalled,
+                stalled=stalled,
+                failed=int(failed),
+                oldest_ready_seconds=max(float(oldest), 0.0) if oldest is not None else None,
+            )
+        return result
+
+    def explain_claim(self, queue: str, limit: int) -> list[str]:
+        return [
+            " ".join(str(v) for v in row)
+            for row in self._rows(self._sql["explain_claim"], (queue, limit))
+        ]
+
+
+class _RolledBack(Exception):
+    """Ends the probe's transaction the way a failure would: with a ROLLBACK."""

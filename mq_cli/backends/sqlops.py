@@ -1,0 +1,181 @@
+"""The operators' statements of every SQL backend: gc, list, show, retry, delete, purge.
+
+A mixin of :class:`~mq_cli.backends.sqlcore.SqlBackend`, which brings the
+connection, the retries and the dialect's time parameters; sqlcore.py keeps
+the plumbing, producing and draining. Each dialect's statements are in
+sql/<dialect>.sql with the rest.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..models import ByIdResult, Message
+from .base import Backend
+
+if TYPE_CHECKING:
+    from .sqlcore import Tx
+
+T = TypeVar("T")
+
+
+def as_text(value: bytes | str | None) -> str | None:
+    """unique_key may be stored as bytes (no collation, no padding): back to text."""
+    return value.decode("utf-8") if isinstance(value, (bytes, bytearray, memoryview)) else value
+
+
+class SqlOperate(Backend):
+    """Operator methods over the plumbing SqlBackend provides."""
+
+    _sql: dict[str, str]
+
+    if TYPE_CHECKING:
+
+        @abstractmethod
+        def _rows(self, sql: str, params: Sequence[object] = ()) -> list[Any]: ...
+
+        @abstractmethod
+        def _change(self, sql: str, params: Sequence[object]) -> int: ...
+
+        @abstractmethod
+        def _transaction(self, body: Callable[[Tx], T]) -> T: ...
+
+        @abstractmethod
+        def _with_ids(self, name: str, ids: Sequence[int]) -> str: ...
+
+        @abstractmethod
+        def _time(self, value: Any) -> datetime | None: ...
+
+        @abstractmethod
+        def _shift(self, seconds: float) -> object: ...
+
+    def _messages(self, name: str, params: Sequence[object]) -> list[Message]:
+        return [self._listed(row) for row in self._rows(self._sql[name], params)]
+
+    def _listed(self, row: Sequence[Any], payload: bytes | None = None) -> Message:
+        """A Message from the "listed" columns (see sql/<dialect>.sql)."""
+        return Message(
+            id=int(row[0]),
+            queue=str(row[1]),
+            status=str(row[2]),
+            priority=int(row[3]),
+            error_count=int(row[4]),
+            created_at=self._time(row[5]),  # type: ignore[arg-type]
+            available_at=self._time(row[6]),  # type: ignore[arg-type]
+            unique_key=as_text(row[7]),
+            last_error=row[8],
+            owner=row[9],
+            heartbeat_at=self._time(row[10]),
+            payload=payload,
+        )
+
+    def now(self) -> datetime:
+        return self._time(self._rows(self._sql["now"])[0][0])  # type: ignore[return-value]
+
+    def queues_with_status(self, status: str) -> list[str]:
+        return [str(row[0]) for row in self._rows(self._sql["queues_with_status"], (status,))]
+
+    def list_messages(
+        self, queue: str, status: str | None, after_id: int, limit: int
+    ) -> list[Message]:
+        if status is None:
+            return self._messages("list_all", (queue, after_id, limit))
+        return self._messages("list_status", (queue, status, after_id, limit))
+
+    def find_stalled(
+        self, queue: str, older_than: float, after_id: int | None, limit: int
+    ) -> list[Message]:
+        bound = self._shift(-older_than)
+        if after_id is None:
+            return self._messages("pick_stalled", (queue, bound, limit))
+        return self._messages("find_stalled", (queue, bound, after_id, limit))
+
+    def requeue_stalled(
+        self,
+        queue: str,
+        ids: Sequence[int],
+        older_than: float,
+        max_errors: int,
+        note: tuple[str, str],
+    ) -> tuple[list[int], list[int]]:
+        if not ids:
+            return [], []
+        bound = self._shift(-older_than)
+
+        def body(tx: Tx) -> tuple[list[int], list[int]]:
+            found = tx.rows(self._with_ids("lock_stalled", ids), (*ids, queue, bound))
+            ready = [int(row[0]) for row in found if row[1] + 1 < max_errors]
+            failed = [int(row[0]) for row in found if row[1] + 1 >= max_errors]
+            for name, chosen in (
+                ("requeue_stalled_ready", ready),
+                ("requeue_stalled_failed", failed),
+            ):
+                if chosen:
+                    params = (*note, *chosen, queue, bound, max_errors)
+                    tx.change(self._with_ids(name, chosen), params)
+            return ready, failed
+
+        return self._transaction(body)
+
+    def _locked_change(
+        self, lock: str, change: str, ids: Sequence[int], extra: Sequence[object]
+    ) -> list[int]:
+        """Lock those of ``ids`` still matching, then ``change`` exactly them."""
+        if not ids:
+            return []
+
+        def body(tx: Tx) -> list[int]:
+            chosen = [int(row[0]) for row in tx.rows(self._with_ids(lock, ids), (*ids, *extra))]
+            if chosen:
+                tx.change(self._with_ids(change, chosen), (*chosen, *extra))
+            return chosen
+
+        return self._transaction(body)
+
+    def delete_stalled(self, queue: str, ids: Sequence[int], older_than: float) -> list[int]:
+        bound = self._shift(-older_than)
+        return self._locked_change("lock_stalled", "delete_stalled", ids, (queue, bound))
+
+    def requeue_failed(self, queue: str, ids: Sequence[int]) -> list[int]:
+        return self._locked_change("lock_failed", "requeue_failed", ids, (queue,))
+
+    def delete_failed(self, queue: str, ids: Sequence[int]) -> list[int]:
+        return self._locked_change("lock_failed", "delete_failed", ids, (queue,))
+
+    def get_message(self, ident: int) -> Message | None:
+        rows = self._rows(self._sql["get_message"], (ident,))
+        return self._listed(rows[0][:11], payload=bytes(rows[0][11])) if rows else None
+
+    def change_by_id(self, action: str, ids: Sequence[int], force: bool) -> ByIdResult:
+        if not ids:
+            return ByIdResult()
+
+        def body(tx: Tx) -> ByIdResult:
+            result = ByIdResult()  # afresh on each try: a deadlock retry runs it again
+            found = {
+                row[0]: (row[1], row[2]) for row in tx.rows(self._with_ids("lock_ids", ids), ids)
+            }
+            for ident in dict.fromkeys(ids):
+                if ident not in found:
+                    result.missing.append(ident)
+                elif found[ident][0] == "processing" and not force:
+                    result.refused[ident] = found[ident][1] or "unknown"
+                else:
+                    result.done.append(ident)
+            if result.done:
+                tx.change(self._with_ids(f"{action}_ids", result.done), result.done)
+            return result
+
+        return self._transaction(body)
+
+    def last_id(self, queue: str) -> int | None:
+        found = self._rows(self._sql["last_id"], (queue,))[0][0]
+        return None if found is None else int(found)
+
+    def purge(self, queue: str, status: str | None, up_to_id: int, limit: int) -> int:
+        if status is None:
+            return self._change(self._sql["purge_live"], (queue, up_to_id, limit))
+        return self._change(self._sql["purge_status"], (queue, status, up_to_id, limit))
