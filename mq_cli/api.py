@@ -66,7 +66,12 @@ class MQ:
         if self._backend is None:
             from .backends.schema import verify
 
-            backend = open_backend(self.config.database, self.config.table, reading=reading)
+            backend = open_backend(
+                self.config.database,
+                self.config.table,
+                reading=reading,
+                lock_dir=self.config.lock_dir,
+            )
             try:
                 # Once per connection, before anything is claimed or stored: a
                 # table from a newer mq, or one missing a column or an index,

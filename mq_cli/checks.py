@@ -39,7 +39,9 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
         results.append(_permissions(config.source, bool(config.warnings)))
 
     try:
-        backend = open_backend(config.database, config.table, create=False)
+        backend = open_backend(
+            config.database, config.table, create=False, lock_dir=config.lock_dir
+        )
     except MqError as exc:
         results.append(Check("database", False, str(exc)))
     else:

@@ -22,6 +22,7 @@ from .backends.base import OPERATE_BATCH, Backend
 from .config import Config, QueueConfig, validate_queue_name
 from .durations import format_duration
 from .errors import ConfigError, MqError, NotFound
+from .liveness import mark_dead
 from .models import STATUSES, ByIdResult, GcQueueResult, GcReport, Listing, Message
 
 KINDS = {"stalled": "processing", "failed": "failed"}  # gc kind -> the status it looks in
@@ -41,7 +42,8 @@ def _chunks(items: Sequence[T], size: int = OPERATE_BATCH) -> Iterator[Sequence[
 def stalled_note(older_than: float, by: str) -> tuple[str, str]:
     """last_error of a requeued stalled message, around its dead drain's owner token."""
     return (
-        f"stalled: no heartbeat for over {format_duration(older_than)} from its drain ",
+        f"stalled: its drain's lock was free, or no heartbeat for over "
+        f"{format_duration(older_than)}, from drain ",
         f"; requeued by {by}",
     )
 
@@ -113,6 +115,8 @@ class Gc:
             bound = self.older_than if self.older_than is not None else queue.stalled_after
             result = GcQueueResult(name)
             report.queues.append(result)
+            if self.kind == "stalled":
+                mark_dead(self.backend, name)
             if clock_says_wait(state, name, bound):
                 continue
             if self.action is None or self.notify:
@@ -246,6 +250,7 @@ def _nothing() -> None:
 def requeue_stalled(backend: Backend, queue: QueueConfig) -> tuple[int, int]:
     """`mq drain` with `requeue_stalled: true`: the same requeue as `mq gc --stalled
     --requeue -q QUEUE`. Returns (requeued, of which now failed at max_errors)."""
+    mark_dead(backend, queue.name)
     if clock_says_wait(clock.observe_quietly(backend), queue.name, queue.stalled_after):
         return 0, 0
     result = GcQueueResult(queue.name)
