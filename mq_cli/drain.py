@@ -35,7 +35,7 @@ RECONNECT_FOR = 15.0
 WAIT_POLL_MIN = 0.05
 WAIT_POLL_MAX = 1.0  # the contract: --wait polls at least once a second
 PAUSE_LOOK_EVERY = 2.0  # a running drain looks whether its queue was paused
-REQUEUE_LOOK_EVERY = 1.0  # a waiting requeue_stalled drain looks for dead drains' messages
+REQUEUE_LOOK_EVERY = 0.5  # a waiting requeue_stalled drain looks for dead drains' messages
 ERROR_LOG_WIDTH = 1000  # characters of a failure's last line in the drain's log
 
 
@@ -68,6 +68,7 @@ class Drain:
         self.last_proof = 0.0  # time.monotonic() when a statement last proved the session
         self.watchdog: liveness.Watchdog | None = None
         self._take_back_due = False  # reconnected: the lock first, then anything else
+        self._suspects: dict[str, float] = {}  # owner -> since when its lock is free
 
     # -- setup --------------------------------------------------------------
 
@@ -233,7 +234,9 @@ class Drain:
                         # A dead drain's messages come back within seconds, not at
                         # this drain's next start.
                         requeued = time.monotonic()
-                        self._requeue_stalled(queue)
+                        if self._requeue_stalled(queue) or self._suspects:
+                            # Ready after liveness.GRACE, or a lock under watch: look often.
+                            idle = min(idle, REQUEUE_LOOK_EVERY)
                     idle = self._idle(idle, waiter)
                     continue
                 idle = WAIT_POLL_MIN
@@ -251,11 +254,14 @@ class Drain:
             log.info("queue %s: no wake-up on enqueue (%s); polling", queue.name, exc)
             return None
 
-    def _requeue_stalled(self, queue: QueueConfig) -> None:
+    def _requeue_stalled(self, queue: QueueConfig) -> int:
         """`requeue_stalled: true`: what `mq gc --stalled --requeue -q QUEUE` would do."""
         from .operate import requeue_stalled
 
-        changed, failed = self._db(lambda b: requeue_stalled(b, queue))
+        # A waiting drain remembers since when a drain's lock is free, and does
+        # not wait for it; a cron drain's one look waits (liveness.SUSPECT).
+        suspects = self._suspects if self.options.wait else None
+        changed, failed = self._db(lambda b: requeue_stalled(b, queue, suspects))
         if changed:
             # Worth a mail from cron: a drain died holding these.
             log.warning(
@@ -264,6 +270,7 @@ class Drain:
                 queue.name, changed, _seconds(queue.stalled_after),
                 f"; {failed} reached max_errors and are now failed" if failed else "",
             )  # fmt: skip
+        return int(changed)
 
     def _idle(self, pause: float, waiter: wakeup.Waiter | None) -> float:
         """Wait before polling again with --wait: short at first, growing to a second;

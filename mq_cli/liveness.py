@@ -13,11 +13,12 @@ heartbeat alone, as before.
 
 No false deaths. A drain whose session ends while it lives (a cut connection, a
 server restart) no longer proves anything, and gc may take its messages at
-once. So the drain stops its running handler when it has had no proof of its
-session for ``FENCE`` seconds (a watchdog thread, so a query stuck on a dead
-socket cannot delay it), and a message gc takes from a dead owner becomes
-ready only ``GRACE`` seconds later: the old run is over before the new one can
-start. After a reconnect the drain takes its lock again and checks, with an
+once. So gc waits until a lock has been free for ``SUSPECT`` seconds (a drain
+whose connection was cut takes it back sooner), a message gc takes from a dead
+owner becomes ready only ``GRACE`` seconds later, and the drain stops its
+running handler when it has had no proof of its session for ``FENCE`` seconds
+(a watchdog thread, so a query stuck on a dead socket cannot delay it): the old
+run is over before a new one can start. After a reconnect the drain takes its lock again and checks, with an
 owner-guarded heartbeat, that it still holds what it held; anything gone and it
 stops (exit 3), leaving the rest to gc.
 """
@@ -41,8 +42,12 @@ if TYPE_CHECKING:
 LIVE_MARK = ":L"
 #: seconds a drain may go without proof of its session before it stops its handler
 FENCE = 2.0
-#: seconds a dead owner's requeued message waits before it is ready again (> FENCE)
-GRACE = 3.0
+#: seconds a server lock must stay free before its drain counts as dead (a drain
+#: whose connection was cut takes it back within a second)
+SUSPECT = 1.5
+#: seconds a dead owner's requeued message waits before it is ready again:
+#: SUSPECT + GRACE > FENCE, so the old run is stopped before a new one starts
+GRACE = 1.5
 #: how often a drain proves its session while a handler runs
 PROBE_EVERY = 0.5
 
@@ -135,25 +140,46 @@ def dead_owners(backend: Backend, lock_dir: str, owners: Iterable[str | None]) -
     return dead
 
 
-def mark_dead(backend: Backend, queue: str) -> int:
+def mark_dead(backend: Backend, queue: str, suspects: dict[str, float] | None = None) -> int:
     """Mark the `processing` messages of ``queue`` whose drain is gone as stalled now;
-    how many. Each dead owner's lock is held while its messages are marked, so a
-    drain cannot come back in between."""
+    how many.
+
+    A server lock is free for a moment when a live drain's connection is cut: the
+    drain reconnects and takes it back within a second. So a lock must be seen
+    free for SUSPECT seconds before its owner counts as dead: ``suspects`` (owner
+    -> when first seen free) carries that between the looks of a long-running
+    caller; without it this call waits SUSPECT once and looks again. The dead
+    owner's lock is held while its messages are marked, so it cannot come back
+    in between. (SQLite's file locks die with the process only: no wait.)
+    """
     lock_dir = backend.lock_dir
     marked = 0
-    for owner in backend.processing_owners(queue):
-        if not is_live_token(owner):
-            continue
-        if backend.kind == "sqlite":
+    owners = [o for o in backend.processing_owners(queue) if is_live_token(o)]
+    if backend.kind == "sqlite":
+        for owner in owners:
             with _seize_file(lock_dir, owner, clear=True) as dead:
                 if dead:
                     marked += backend.mark_dead(queue, owner)
-            continue
+        return marked
+    free = [owner for owner in owners if backend.live_lock_free(owner)]
+    if suspects is None:
+        if not free:
+            return 0
+        time.sleep(SUSPECT)
+        ripe = free
+    else:
+        now = time.monotonic()
+        for owner in set(suspects) - set(free):
+            del suspects[owner]
+        ripe = [o for o in free if now - suspects.setdefault(o, now) >= SUSPECT]
+    for owner in ripe:
         if backend.live_lock_seize(owner):
             try:
                 marked += backend.mark_dead(queue, owner)
             finally:
                 backend.live_lock_release(owner)
+        if suspects is not None:
+            suspects.pop(owner, None)
     return marked
 
 

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from mq_cli.dburl import parse_database_url
 from mq_cli.liveness import FENCE, GRACE
+from tests.proxy import Proxy
 
 LOG = "runs.jsonl"
 
@@ -138,47 +140,75 @@ def test_gc_lists_a_killed_drains_messages_at_once_and_requeues_them_after_the_g
 
 
 @pytest.mark.parametrize("db", ["mysql", "postgres"], indirect=True)
-def test_a_drain_whose_session_ends_stops_its_handler_before_the_message_runs_again(db, tmp_path):
-    """The server ends the drain's session (as a cut link or a restart would) while
-    gc runs at once: the drain must stop its handler before the message can run
-    again elsewhere, and say so (exit 3)."""
+def test_a_drain_cut_off_from_its_database_stops_its_handler_before_the_message_runs_again(
+    db, tmp_path
+):
+    """The drain's link to the server is cut and stays down while gc runs: its lock
+    is free, so gc takes its message; the drain must have stopped its handler
+    before the message runs again elsewhere, and exit 3."""
     config(tmp_path)
-    holder = start_holding_drain(db, tmp_path, count=1)
+    settings = parse_database_url(db.url)
+    proxy = Proxy((settings.host, settings.port))
+    scheme, user = ("postgresql", "postgres") if db.kind == "postgres" else ("mysql", "root")
+    proxied = f"{scheme}://{settings.user or user}@127.0.0.1:{proxy.port}/{settings.database}"
+    result = db.run("enqueue", "-q", "jobs", input=json.dumps({"k": "m0", "sleep": 60}))
+    assert result.exit_code == 0, result.output
+    holder = db.spawn(
+        "drain", "-q", "jobs",
+        env=db.env(MQ_TEST_LOG=str(tmp_path / LOG), MQ_DATABASE_URL=proxied),
+    )  # fmt: skip
     try:
-        owner = db.sql("SELECT owner FROM mq_messages")[0][0]
-        if db.kind == "mysql":
-            from mq_cli.liveness import lock_name
-
-            (session,) = db.sql("SELECT IS_USED_LOCK(%s)", (lock_name(owner),))[0]
-            kill_session = f"KILL {int(session)}"
-        else:
-            from mq_cli.liveness import lock_key
-
-            key = lock_key(owner) & 0xFFFFFFFFFFFFFFFF
-            (session,) = db.sql(
-                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid::bigint = %s"
-                " AND objid::bigint = %s AND objsubid = 1",
-                (key >> 32, key & 0xFFFFFFFF),
-            )[0]
-            kill_session = f"SELECT pg_terminate_backend({int(session)})"
-        db.sql(kill_session)
-        ended = time.time()
+        wait_for(lambda: any(r["event"] == "start" for r in runs(tmp_path)), 20, "the drain ran")
+        proxy.down()  # cut, and no reconnect gets through
+        cut = time.time()
         requeued = db.run("gc", "--stalled", "--requeue")
         assert requeued.exit_code == 0, requeued.output
+        assert "requeued 1" in requeued.output, requeued.output
         again = db.run(
-            "drain", "-q", "jobs", "--wait", "--max-seconds", str(GRACE + 3),
+            "drain", "-q", "jobs", "--wait", "--max-seconds", str(GRACE + 2),
             "--handler", "tests.jobs:record_time",
             env={"MQ_TEST_LOG": str(tmp_path / "again.jsonl")},
         )  # fmt: skip
         assert again.exit_code == 0, again.output
-        out, err = holder.communicate(timeout=30)
+        out, err = holder.communicate(timeout=40)
     finally:
         kill(holder)
+        proxy.close()
     first = runs(tmp_path)
     last_alive = max(r["at"] for r in first)
     (second,) = [json.loads(line) for line in (tmp_path / "again.jsonl").read_text().splitlines()]
     assert not any(r["event"] == "end" for r in first)
     assert last_alive < second["t"], "the first run was still going when the second started"
-    assert last_alive - ended < FENCE + 1.0
+    assert last_alive - cut < FENCE + 1.0
     assert holder.returncode == 3, err
-    assert b"lost the database session" in err and b"Traceback" not in err
+    assert b"gc --stalled" in err and b"Traceback" not in err
+
+
+@pytest.mark.parametrize("db", ["mysql", "postgres"], indirect=True)
+def test_a_drain_whose_connection_is_cut_takes_its_lock_back_and_finishes(db, tmp_path):
+    """A cut that heals at once is no death: gc meanwhile leaves the message alone,
+    and the drain finishes it (exit 0), run once."""
+    config(tmp_path)
+    settings = parse_database_url(db.url)
+    proxy = Proxy((settings.host, settings.port))
+    scheme, user = ("postgresql", "postgres") if db.kind == "postgres" else ("mysql", "root")
+    proxied = f"{scheme}://{settings.user or user}@127.0.0.1:{proxy.port}/{settings.database}"
+    result = db.run("enqueue", "-q", "jobs", input=json.dumps({"k": "m0", "sleep": 4}))
+    assert result.exit_code == 0, result.output
+    holder = db.spawn(
+        "drain", "-q", "jobs",
+        env=db.env(MQ_TEST_LOG=str(tmp_path / LOG), MQ_DATABASE_URL=proxied),
+    )  # fmt: skip
+    try:
+        wait_for(lambda: any(r["event"] == "start" for r in runs(tmp_path)), 20, "the drain ran")
+        proxy.cut()
+        requeued = db.run("gc", "--stalled", "--requeue", "--json")
+        assert requeued.exit_code == 0, requeued.output
+        assert json.loads(requeued.stdout) == []
+        out, err = holder.communicate(timeout=40)
+    finally:
+        kill(holder)
+        proxy.close()
+    assert holder.returncode == 0, err
+    assert [r["event"] for r in runs(tmp_path)].count("end") == 1
+    assert db.sql("SELECT COUNT(*) FROM mq_messages") == [(0,)]
