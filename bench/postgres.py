@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -281,6 +282,7 @@ def main() -> None:
                       file=sys.stderr)  # fmt: skip
     for database in ("mqbench_pg", *DATABASES.values()):
         bench.drop(database)
+    shutil.rmtree(bench.tmp, ignore_errors=True)
     load_after = os.getloadavg()
     versions = ", ".join(
         f"{p} {version(args.peers_venv, p)}" for p in ("procrastinate", "pgqueuer", "asyncpg")
