@@ -50,6 +50,8 @@ SUSPECT = 1.5
 GRACE = 1.5
 #: how often a drain proves its session while a handler runs
 PROBE_EVERY = 0.5
+#: a watchdog that woke this much later than it asked was stopped or starved
+STALE_WAKE = 0.5
 
 
 def is_live_token(owner: str | None) -> bool:
@@ -216,11 +218,19 @@ class Watchdog:
         self._thread.join(timeout=1.0)
 
     def _watch(self) -> None:
+        previous = resumed = 0.0
         while not self._quit.is_set():
             self._armed.wait()
             if self._quit.is_set():
                 return
-            late = time.monotonic() - self.proof() - self.fence
+            now = time.monotonic()
+            if now - previous > STALE_WAKE:
+                # This thread did not run for a while: the process was stopped
+                # (SIGSTOP, a frozen VM) or starved, the main thread with it. Its
+                # session may well be alive: give it FENCE to show so.
+                resumed = now
+            previous = now
+            late = now - max(self.proof(), resumed) - self.fence
             if late >= 0 and self._armed.is_set():
                 self.fired = True
                 self.stop_handler()

@@ -28,9 +28,10 @@ AFTER_RESTORE = 30.0
 
 
 def held_by(sql, pids: set[int]) -> list[int]:
-    """Ids of the messages drains with these pids hold (the owner token is host:pid:random)."""
+    """Ids of the messages drains with these pids hold (the owner token is
+    host:pid:random, and :L when the drain holds a lock)."""
     rows = sql("SELECT id, owner FROM mq_messages WHERE status = 'processing'")
-    return [i for i, owner in rows if owner and int(owner.split(":")[-2]) in pids]
+    return [i for i, owner in rows if owner and int(owner.split(":")[1]) in pids]
 
 
 def test_one_host_cut_off(fault_mysql, tmp_path):
