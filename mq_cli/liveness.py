@@ -150,7 +150,7 @@ def mark_dead(backend: Backend, queue: str, suspects: dict[str, float] | None = 
     drain reconnects and takes it back within a second. So a lock must be seen
     free for SUSPECT seconds before its owner counts as dead: ``suspects`` (owner
     -> when first seen free) carries that between the looks of a long-running
-    caller; without it this call waits SUSPECT once and looks again. The dead
+    caller; without it this call waits SUSPECT, looking again meanwhile. The dead
     owner's lock is held while its messages are marked, so it cannot come back
     in between. (SQLite's file locks die with the process only: no wait.)
     """
@@ -165,9 +165,14 @@ def mark_dead(backend: Backend, queue: str, suspects: dict[str, float] | None = 
         return marked
     free = [owner for owner in owners if backend.live_lock_free(owner)]
     if suspects is None:
-        if not free:
-            return 0
-        time.sleep(SUSPECT)
+        # Look again every quarter second: a drain whose link keeps being cut
+        # holds its lock at some look, and is no suspect any more.
+        looks = max(1, round(SUSPECT / 0.25))
+        for _ in range(looks):
+            if not free:
+                return 0
+            time.sleep(SUSPECT / looks)
+            free = [owner for owner in free if backend.live_lock_free(owner)]
         ripe = free
     else:
         now = time.monotonic()
