@@ -14,13 +14,14 @@ import random
 import secrets
 import signal
 import socket
+import sys
 import time
 from collections.abc import Callable
 from contextlib import closing
 from types import FrameType
 from typing import Any
 
-from . import clock, handlers, render, slots, wakeup
+from . import clock, handlers, render, runlog, slots, wakeup
 from .backends.base import Backend
 from .config import Config, QueueConfig
 from .drain_types import DrainOptions, DrainReport
@@ -60,6 +61,7 @@ class Drain:
         self.lease_until = 0.0
         self._lease_for = 0.0  # stalled_after / 2 of the queue being drained
         self._gave_up = False  # the database stayed away for a whole reconnect window
+        self.runlog = runlog.RunLog(config, lambda: self.backend, self.owner, self.report)
 
     # -- setup --------------------------------------------------------------
 
@@ -95,6 +97,7 @@ class Drain:
     def run(self) -> DrainReport:
         plan = self.plan()
         started = time.monotonic()
+        self.runlog.queues = [queue.name for queue, _ in plan]
         self.deadline = started + self.options.max_seconds if self.options.max_seconds else None
         previous = {
             sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
@@ -128,6 +131,7 @@ class Drain:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self.report.seconds = time.monotonic() - started
+            self.runlog.end(sys.exc_info()[1])
         return self.report
 
     def _with_recovery_hint(self, exc: DatabaseError) -> DatabaseError:
@@ -229,6 +233,7 @@ class Drain:
         an enqueue on this host ends the wait at once."""
         if self.deadline is not None:
             pause = min(pause, max(self.deadline - time.monotonic(), 0.0))
+        self.runlog.tick()
         if waiter is None:
             time.sleep(pause)
         elif waiter.wait(pause):
@@ -271,6 +276,7 @@ class Drain:
         def tick() -> None:
             if time.monotonic() - self._last_beat >= beat_every:
                 self._heartbeat()
+            self.runlog.tick()
 
         def admit(index: int) -> bool:
             if time.monotonic() >= self.lease_until:
@@ -288,6 +294,7 @@ class Drain:
             (m.payload or b"", handlers.MessageInfo(m.id, m.queue, m.error_count, m.created_at))
             for m in batch
         ]
+        self.runlog.batch(batch)
         results = runner.run_many(jobs, admit, queue.timeout or None, tick, tick_every, not_after)
         try:
             # closing: a handler still running when we leave early is killed
@@ -348,6 +355,7 @@ class Drain:
         """Acknowledge each outcome as the runner yields it."""
         for index, outcome in results:
             message = batch[index]
+            self.runlog.outcome(message, outcome)
             if not outcome.started:
                 if message.id not in self.held:
                     # Lost while this drain was paused (SIGSTOP, a frozen VM, a cut

@@ -23,6 +23,7 @@ from ..errors import Deadlock, MqError, SchemaMissing
 from ..models import Message, QueueStats
 from .base import load_queries, placeholders
 from .sqlops import SqlOperate, as_text
+from .sqlrunlog import SqlRunLog
 
 if TYPE_CHECKING:
     from .schema import Shape
@@ -149,7 +150,7 @@ def chunks(
         yield chunk
 
 
-class SqlBackend(SqlOperate):
+class SqlBackend(SqlOperate, SqlRunLog):
     """The shared body of every SQL backend; a dialect subclasses it."""
 
     #: the dialect's name: its sql/<dialect>.sql and its ``kind``
