@@ -20,6 +20,7 @@ from .models import ByIdResult, GcReport, Listing, Message, QueueStats
 
 if TYPE_CHECKING:  # imported where used: a producer's start does not pay for the drain's
     from .drain_types import DrainOptions, DrainReport
+    from .status import Status
 
 # A batch is committed when it holds this many messages or this many bytes.
 BATCH_MESSAGES = 1000
@@ -249,6 +250,14 @@ class MQ:
         for name in set(paused) & set(result):
             result[name].paused = True
         return result
+
+    def status(self, queue: str | None = None) -> Status:
+        """Live drains, recent runs and per-queue throughput from the run log (`mq status`)."""
+        if queue is not None:
+            validate_queue_name(queue)
+        from .status import read
+
+        return read(self, queue)
 
     def pause(self, queue: str) -> bool:
         """Drains on every host skip ``queue`` until :meth:`resume`; enqueue still works.

@@ -563,6 +563,35 @@ def stats(state: State, queue: str | None, as_json: bool, prometheus_file: str |
     click.echo(_table(headers, rows))
 
 
+# -- status -----------------------------------------------------------------
+
+
+@cli.command()
+@queue_option()
+@json_option
+@pass_state
+def status(state: State, queue: str | None, as_json: bool) -> None:
+    """What runs now and how the queues fare: live drains, recent runs, throughput.
+
+    From the run log every drain keeps (see README, "The run log"): each live
+    drain (host:pid, queue, the message it runs now and for how long, the
+    messages it holds), per queue the messages done and failed in the last
+    minute and hour with wait and run time (p50/p95 over the last hour), the
+    counts of `mq stats`, and the last runs of each queue.
+
+    \b
+    Example:  mq status
+              mq status -q mail --json
+    """
+    from .status import text
+
+    result = state.mq.status(queue)
+    if as_json:
+        click.echo(json.dumps(result.to_json()))
+        return
+    click.echo(text(result))
+
+
 @cli.command()
 @queue_option(required=True, multiple=True)
 @pass_state
