@@ -20,7 +20,7 @@ from .models import ByIdResult, GcReport, Listing, Message, QueueStats
 
 if TYPE_CHECKING:  # imported where used: a producer's start does not pay for the drain's
     from .drain_types import DrainOptions, DrainReport
-    from .status import Status
+    from .status import Status, Throughput
 
 # A batch is committed when it holds this many messages or this many bytes.
 BATCH_MESSAGES = 1000
@@ -258,6 +258,13 @@ class MQ:
         from .status import read
 
         return read(self, queue)
+
+    def run_log_figures(self) -> tuple[dict[str, tuple[int, int]], dict[str, Throughput]]:
+        """({queue: (done, failed)} over the retained run log, {queue: the last hour})."""
+        from .status import hour_by_queue
+
+        reader = self._reader
+        return reader.rollup_totals(), hour_by_queue(reader, reader.now().timestamp())
 
     def pause(self, queue: str) -> bool:
         """Drains on every host skip ``queue`` until :meth:`resume`; enqueue still works.

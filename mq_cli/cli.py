@@ -532,6 +532,10 @@ class DrainCounter:
 def stats(state: State, queue: str | None, as_json: bool, prometheus_file: str | None) -> None:
     """Counts per queue: ready, delayed, processing, stalled, failed, oldest ready age.
 
+    --prometheus adds, from the run log (see `mq status`), the counters
+    mq_succeeded_total and mq_failed_total (over the retained history) and the
+    summaries mq_wait_seconds and mq_duration_seconds (the last hour).
+
     \b
     Example:  mq stats
               mq stats -q thumbnails --json
@@ -542,8 +546,12 @@ def stats(state: State, queue: str | None, as_json: bool, prometheus_file: str |
     if prometheus_file:
         from . import prometheus
 
+        totals, hour = state.mq.run_log_figures()
+        if queue is not None:
+            totals = {queue: totals.get(queue, (0, 0))}
+            hour = {name: hour[name] for name in hour if name == queue}
         try:
-            prometheus.write(prometheus_file, prometheus.render(result))
+            prometheus.write(prometheus_file, prometheus.render(result, None, totals, hour))
         except OSError as exc:
             raise click.FileError(prometheus_file, exc.strerror) from None
         if not as_json:

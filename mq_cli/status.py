@@ -12,11 +12,12 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
-from .models import QueueStats, Run
+from .models import QueueStats, Run, Slice
 from .runlog import LIVE_WITHIN, Histogram
 
 if TYPE_CHECKING:
     from .api import MQ
+    from .backends.base import Backend
 
 #: runs read for "recent runs", and shown per queue
 RUNS_READ = 200
@@ -41,6 +42,14 @@ class Throughput:
     duration: Histogram = field(default_factory=Histogram)
     wait_sum: float = 0.0
     duration_sum: float = 0.0
+
+    def add(self, piece: Slice) -> None:
+        self.done += piece.done
+        self.failed += piece.failed
+        self.wait.merge(Histogram.decode(piece.wait_hist))
+        self.duration.merge(Histogram.decode(piece.duration_hist))
+        self.wait_sum += piece.wait_sum
+        self.duration_sum += piece.duration_sum
 
     def quantiles(self, which: str) -> dict[str, float | None]:
         histogram = self.wait if which == "wait" else self.duration
@@ -123,6 +132,14 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
+def hour_by_queue(backend: Backend, now: float) -> dict[str, Throughput]:
+    """Each queue's results over the last hour."""
+    found: dict[str, Throughput] = {}
+    for piece in backend.rollup_since(now - 3600):
+        found.setdefault(piece.queue, Throughput()).add(piece)
+    return found
+
+
 def read(mq: MQ, queue: str | None = None) -> Status:
     """What `mq status` shows; ``queue`` narrows it (an unknown one is exit 2)."""
     stats = mq.stats(queue)
@@ -148,14 +165,9 @@ def read(mq: MQ, queue: str | None = None) -> Status:
         entry = queues.get(piece.queue)
         if entry is None:
             continue
-        windows = [entry.hour] + ([entry.minute] if piece.end >= now - 60 else [])
-        for window in windows:
-            window.done += piece.done
-            window.failed += piece.failed
-            window.wait.merge(Histogram.decode(piece.wait_hist))
-            window.duration.merge(Histogram.decode(piece.duration_hist))
-            window.wait_sum += piece.wait_sum
-            window.duration_sum += piece.duration_sum
+        entry.hour.add(piece)
+        if piece.end >= now - 60:
+            entry.minute.add(piece)
 
     def wanted(run: Run) -> bool:
         return queue is None or queue in run.queues

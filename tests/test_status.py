@@ -149,3 +149,29 @@ def test_a_live_drain_with_its_running_message(db, tmp_path):
     found = status(db)
     assert found["drains"] == [] and found["runs"][0]["succeeded"] == 2
     assert os.getpid() != proc.pid
+
+
+def test_prometheus_counters_and_summaries(db, tmp_path):
+    from tests.test_check_prometheus import parse_textfile
+
+    enqueue(db, "jobs", *sleeps(0.1, 0.1, 0.1), '"not a mapping"')
+    drain(db, "jobs")
+    enqueue(db, "jobs", *sleeps(0.1))
+    drain(db, "jobs")
+    out = tmp_path / "mq.prom"
+    result = db.run("stats", "--prometheus", str(out))
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert "# TYPE mq_succeeded_total counter" in text and "retained history" in text
+    assert "# TYPE mq_wait_seconds summary" in text
+    samples = parse_textfile(text)
+    jobs = (("queue", "jobs"),)
+    assert samples[("mq_succeeded_total", jobs)] == 4
+    assert samples[("mq_failed_total", jobs)] == 1
+    assert samples[("mq_duration_seconds_count", jobs)] == 5
+    p95 = ("mq_duration_seconds", (("quantile", "0.95"), ("queue", "jobs")))
+    assert 0.08 <= samples[p95] <= 0.13
+    assert ("mq_wait_seconds", (("quantile", "0.5"), ("queue", "jobs"))) in samples
+    narrowed = db.run("stats", "-q", "other", "--prometheus", str(out))
+    assert narrowed.exit_code == 0, narrowed.output
+    assert 'mq_succeeded_total{queue="other"} 0' in out.read_text()
