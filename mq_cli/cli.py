@@ -577,8 +577,13 @@ def stats(state: State, queue: str | None, as_json: bool, prometheus_file: str |
 @cli.command()
 @queue_option()
 @json_option
+@click.option(
+    "--html", "html_file", metavar="FILE",
+    help="Write one self-contained HTML page to FILE (atomically) and print nothing else "
+    "(unless --json).",
+)  # fmt: skip
 @pass_state
-def status(state: State, queue: str | None, as_json: bool) -> None:
+def status(state: State, queue: str | None, as_json: bool, html_file: str | None) -> None:
     """What runs now and how the queues fare: live drains, recent runs, throughput.
 
     From the run log every drain keeps (see README, "The run log"): each live
@@ -587,13 +592,29 @@ def status(state: State, queue: str | None, as_json: bool) -> None:
     minute and hour with wait and run time (p50/p95 over the last hour), the
     counts of `mq stats`, and the last runs of each queue.
 
+    --html writes a page with the same and the failed and stalled messages
+    with their last error, and plots of throughput and backlog over the run
+    log's history (each write records a backlog sample for them).
+
     \b
     Example:  mq status
               mq status -q mail --json
+    Example (crontab: a page for the web server, fresh every minute):
+      * * * * *  /opt/mq/bin/mq status --html /var/www/html/mq/index.html
     """
     from .status import text
 
     result = state.mq.status(queue)
+    if html_file:
+        from . import status_html
+
+        page = status_html.render(status_html.gather(state.mq, result))
+        try:
+            status_html.write(html_file, page)
+        except OSError as exc:
+            raise click.FileError(html_file, exc.strerror) from None
+        if not as_json:
+            return
     if as_json:
         click.echo(json.dumps(result.to_json()))
         return

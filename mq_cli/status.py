@@ -177,9 +177,10 @@ def read(mq: MQ, queue: str | None = None) -> Status:
     for run in recent:
         if not wanted(run):
             continue
-        key = run.queue or ",".join(run.queues)
-        if shown.get(key, 0) < RUNS_PER_QUEUE:
-            shown[key] = shown.get(key, 0) + 1
+        keys = [queue] if queue is not None else list(run.queues) or [run.queue or ""]
+        if any(shown.get(key, 0) < RUNS_PER_QUEUE for key in keys):
+            for key in keys:
+                shown[key] = shown.get(key, 0) + 1
             runs.append(run)
     held = backend.held_by_owner() if live else {}
     return Status(now, [r for r in live if wanted(r)], held, runs, queues)
@@ -194,6 +195,8 @@ def seconds_text(value: float | None) -> str:
 
     if value is None:
         return "-"
+    if value < 0.001:
+        return "<1ms"
     if value < 1:
         return f"{value * 1000:.0f}ms"
     return format_duration(value)
@@ -241,7 +244,7 @@ def text(status: Status) -> str:
         for run in status.runs:
             data = status.run_json(run)
             rows.append([
-                run.queue or ",".join(run.queues), printable(f"{run.host}:{run.pid}"),
+                ",".join(run.queues) or run.queue, printable(f"{run.host}:{run.pid}"),
                 seconds_text(status.now - run.started_at) + " ago",
                 seconds_text(data["seconds"]), run.claimed, run.succeeded, run.failed,
                 run.returned, data["state"] if run.exit_code is None else run.exit_code,
