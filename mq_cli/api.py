@@ -257,13 +257,21 @@ class MQ:
             validate_queue_name(queue)
         from .status import read
 
-        return read(self, queue)
+        return read(self, self._reader, queue)
+
+    def status_page(self, status: Status) -> str:
+        """`mq status --html`'s page for ``status``; records a backlog sample per queue."""
+        from . import status_html
+
+        return status_html.render(status_html.gather(self, self._reader, status))
 
     def run_log_figures(self) -> tuple[dict[str, tuple[int, int]], dict[str, Throughput]]:
         """({queue: (done, failed)} over the retained run log, {queue: the last hour})."""
         from .status import hour_by_queue
 
         reader = self._reader
+        if reader.runlog_missing():
+            return {}, {}  # `mq status` and `mq check` say to run `mq init`
         return reader.rollup_totals(), hour_by_queue(reader, reader.now().timestamp())
 
     def pause(self, queue: str) -> bool:

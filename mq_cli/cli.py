@@ -608,7 +608,7 @@ def status(state: State, queue: str | None, as_json: bool, html_file: str | None
     if html_file:
         from . import status_html
 
-        page = status_html.render(status_html.gather(state.mq, result))
+        page = state.mq.status_page(result)
         try:
             status_html.write(html_file, page)
         except OSError as exc:

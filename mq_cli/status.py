@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError
+from .errors import ConfigError, DatabaseError
 from .models import QueueStats, Run, Slice
 from .runlog import LIVE_WITHIN, Histogram
 
@@ -140,10 +140,15 @@ def hour_by_queue(backend: Backend, now: float) -> dict[str, Throughput]:
     return found
 
 
-def read(mq: MQ, queue: str | None = None) -> Status:
+def read(mq: MQ, backend: Backend, queue: str | None = None) -> Status:
     """What `mq status` shows; ``queue`` narrows it (an unknown one is exit 2)."""
+    missing = backend.runlog_missing()
+    if missing:
+        raise DatabaseError(
+            f"the run log's table(s) {', '.join(missing)} are missing: run `mq init` "
+            "to restore them"
+        )
     stats = mq.stats(queue)
-    backend = mq._reader
     now = backend.now().timestamp()
     slices = backend.rollup_since(now - 3600)
     recent = backend.runs_recent(RUNS_READ)
@@ -182,7 +187,7 @@ def read(mq: MQ, queue: str | None = None) -> Status:
             for key in keys:
                 shown[key] = shown.get(key, 0) + 1
             runs.append(run)
-    held = backend.held_by_owner() if live else {}
+    held = backend.held_by_owner({r.queue for r in live if r.queue}) if live else {}
     return Status(now, [r for r in live if wanted(r)], held, runs, queues)
 
 

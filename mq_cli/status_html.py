@@ -23,6 +23,7 @@ from .status import Status, iso, seconds_text
 
 if TYPE_CHECKING:
     from .api import MQ
+    from .backends.base import Backend
 
 log = logging.getLogger("mq")
 
@@ -45,9 +46,8 @@ class Page:
     retention: float
 
 
-def gather(mq: MQ, status: Status) -> Page:
+def gather(mq: MQ, backend: Backend, status: Status) -> Page:
     """What the page shows beyond the status; records this moment's backlog."""
-    backend = mq._reader
     failed: list[Message] = []
     stalled: list[Message] = []
     for name, q in status.queues.items():
@@ -61,7 +61,7 @@ def gather(mq: MQ, status: Status) -> Page:
         for name, q in status.queues.items()
     ]
     try:
-        mq.backend.rollup_add(samples)
+        backend.rollup_add(samples)
     except MqError as exc:  # a read-only user still gets its page
         log.warning("status: could not record the backlog sample (%s)", exc)
     retention = mq.config.run_log_retention or 86400.0

@@ -175,3 +175,16 @@ def test_prometheus_counters_and_summaries(db, tmp_path):
     narrowed = db.run("stats", "-q", "other", "--prometheus", str(out))
     assert narrowed.exit_code == 0, narrowed.output
     assert 'mq_succeeded_total{queue="other"} 0' in out.read_text()
+
+
+def test_status_without_the_run_log_tables_says_to_run_init(db, tmp_path):
+    enqueue(db, "jobs", *sleeps(0))
+    db.sql("DROP TABLE mq_messages_rollup")
+    result = db.run("status")
+    assert result.exit_code == 3
+    assert "mq_messages_rollup are missing: run `mq init`" in result.stderr
+    out = tmp_path / "mq.prom"  # the gauges still come
+    assert db.run("stats", "--prometheus", str(out)).exit_code == 0
+    assert 'mq_messages{queue="jobs",state="ready"} 1' in out.read_text()
+    assert db.run("init").exit_code == 0
+    assert db.run("status").exit_code == 0

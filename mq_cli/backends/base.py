@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from functools import cache
 from typing import TYPE_CHECKING
@@ -355,8 +355,8 @@ class Backend(ABC):
         """{queue: [(step start, done, failed, largest backlog sampled or None)]} since ``since``."""
 
     @abstractmethod
-    def held_by_owner(self) -> dict[str, int]:
-        """{owner: how many processing messages it holds}."""
+    def held_by_owner(self, queues: Iterable[str]) -> dict[str, int]:
+        """{owner: how many processing messages it holds} on ``queues``."""
 
     def reconnect(self) -> None:  # noqa: B027 - SQLite has nothing to reconnect
         """Open a fresh connection after a lost one (a server connection: MySQL, PostgreSQL)."""

@@ -10,7 +10,7 @@ database's clock, as the drain measured them.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..models import Run, Slice
@@ -116,8 +116,13 @@ class SqlRunLog(Backend):
             found.setdefault(str(queue), []).append(point)
         return found
 
-    def held_by_owner(self) -> dict[str, int]:
-        return {str(o): int(n) for o, n in self._rows(self._sql["held_by_owner"]) if o}
+    def held_by_owner(self, queues: Iterable[str]) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for queue in sorted(set(queues)):  # by queue: the claim index, not a table scan
+            for owner, count in self._rows(self._sql["held_by_owner"], (queue,)):
+                if owner:
+                    found[str(owner)] = found.get(str(owner), 0) + int(count)
+        return found
 
 
 def _run(row: Sequence[Any]) -> Run:

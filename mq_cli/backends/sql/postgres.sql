@@ -498,4 +498,4 @@ FROM "{table}_rollup" WHERE slice_end >= %s
 GROUP BY queue, step ORDER BY queue, step
 
 -- name: held_by_owner
-SELECT owner, COUNT(*) FROM "{table}" WHERE status = 'processing' GROUP BY owner
+SELECT owner, COUNT(*) FROM "{table}" WHERE queue = %s AND status = 'processing' GROUP BY owner

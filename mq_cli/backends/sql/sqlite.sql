@@ -456,4 +456,4 @@ FROM "{table}_rollup" WHERE slice_end >= ?
 GROUP BY queue, step ORDER BY queue, step
 
 -- name: held_by_owner
-SELECT owner, COUNT(*) FROM "{table}" WHERE status = 'processing' GROUP BY owner
+SELECT owner, COUNT(*) FROM "{table}" WHERE queue = ? AND status = 'processing' GROUP BY owner
