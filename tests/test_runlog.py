@@ -163,3 +163,12 @@ def test_histogram_quantiles(values, q, low, high):
     again = Histogram.decode(histogram.encode())
     assert low <= again.quantile(q) <= high
     assert Histogram().quantile(0.5) is None
+
+
+def test_check_reports_the_run_log(db):
+    result = db.run("check")
+    assert "run log" in result.stdout and "kept for 7d00h" in result.stdout, result.output
+    db.sql("DROP TABLE mq_messages_runs")
+    result = db.run("check")
+    line = next(x for x in result.stdout.splitlines() if "run log" in x)
+    assert line.startswith("warn") and "mq_messages_runs missing" in line and "mq init" in line
