@@ -172,3 +172,25 @@ def test_check_reports_the_run_log(db):
     result = db.run("check")
     line = next(x for x in result.stdout.splitlines() if "run log" in x)
     assert line.startswith("warn") and "mq_messages_runs missing" in line and "mq init" in line
+
+
+@pytest.mark.slow
+def test_a_waiting_drain_shows_as_live_and_writes_slices_as_it_goes(sqlite_db):
+    """A long --wait drain: its row appears within a slice (20 s) even while idle, and
+    the results so far are written before it ends."""
+    db = sqlite_db
+    assert db.run("init").exit_code == 0
+    enqueue(db, "w", json.dumps({"sleep": 0}))
+    proc = db.spawn("drain", "-q", "w", "--handler", HANDLER, "--wait", "--max-seconds", "30")
+    try:
+        time.sleep(24)
+        live = db.sql("SELECT ended_at, succeeded FROM mq_messages_runs")
+        assert live == [(None, 1)]
+        assert [s[1] for s in slices(db)] == [1]  # written at the first slice
+        status = db.run("status", "--json")
+        assert json.loads(status.stdout)["drains"][0]["pid"] == proc.pid
+    finally:
+        _, err = proc.communicate(timeout=40)
+    assert proc.returncode == 0, err
+    [run] = runs(db)
+    assert run[2:7] == (1, 1, 0, 0, 0) and run[7] is not None
