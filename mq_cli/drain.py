@@ -61,7 +61,7 @@ class Drain:
         self.lease_until = 0.0
         self._lease_for = 0.0  # stalled_after / 2 of the queue being drained
         self._gave_up = False  # the database stayed away for a whole reconnect window
-        self.runlog = runlog.RunLog(config, lambda: self.backend, self.owner, self.report)
+        self.runlog = runlog.RunLog(config, lambda: self.backend, lambda: self.owner, self.report)
 
     # -- setup --------------------------------------------------------------
 

@@ -142,9 +142,11 @@ class RunLog:
         self,
         config: Config,
         backend: Callable[[], Backend],
-        owner: str,
+        owner: Callable[[], str],
         report: DrainReport,
     ):
+        """``owner``: the drain's owner token as it is when the run is recorded (a
+        drain may mark its token once it runs)."""
         self.enabled = config.run_log_retention > 0
         self.retention = config.run_log_retention
         self._backend = backend
@@ -269,7 +271,7 @@ class RunLog:
             queue = (self.report.queues[-1:] or self.queues[:1] or [""])[0]
             host = socket.gethostname()
             at = self._db_time(self._started)
-            return backend.run_start(self.owner, host, os.getpid(), self.queues, queue, at)
+            return backend.run_start(self.owner(), host, os.getpid(), self.queues, queue, at)
 
         run_id = self._safely(start)
         if run_id is None:
