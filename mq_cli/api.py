@@ -67,7 +67,12 @@ class MQ:
         if self._backend is None:
             from .backends.schema import verify
 
-            backend = open_backend(self.config.database, self.config.table, reading=reading)
+            backend = open_backend(
+                self.config.database,
+                self.config.table,
+                reading=reading,
+                lock_dir=self.config.lock_dir,
+            )
             try:
                 # Once per connection, before anything is claimed or stored: a
                 # table from a newer mq, or one missing a column or an index,
@@ -293,8 +298,11 @@ class MQ:
         """The database's clock (UTC): every age mq shows is measured with it."""
         return self._reader.now()
 
-    def list_messages(self, queue: str, status: str | None = None, limit: int = 100) -> Listing:
-        """The oldest ``limit`` messages of a queue (by id), of one status if given."""
+    def list_messages(
+        self, queue: str | None, status: str | None = None, limit: int = 100
+    ) -> Listing:
+        """The oldest ``limit`` messages of a queue (None: of every queue), by id, in one
+        state if given: ready, delayed, processing, stalled or failed."""
         from . import operate
 
         return operate.list_messages(self.config, self._reader, queue, status, limit)

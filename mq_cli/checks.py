@@ -39,7 +39,9 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
         results.append(_permissions(config.source, bool(config.warnings)))
 
     try:
-        backend = open_backend(config.database, config.table, create=False)
+        backend = open_backend(
+            config.database, config.table, create=False, lock_dir=config.lock_dir
+        )
     except MqError as exc:
         results.append(Check("database", False, str(exc)))
     else:
@@ -49,6 +51,7 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
                 results.append(Check("database mode", *backend.server_mode()))
             except MqError as exc:
                 results.append(Check("database mode", False, str(exc)))
+            results.append(_liveness(backend))
             schema = _schema(backend, config.table)
             results.append(schema)
             if schema.ok:
@@ -78,6 +81,39 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
 
     results.append(_lock_dir(config.lock_dir, slots.ensure_lock_dir))
     return results
+
+
+def _liveness(backend: Backend) -> Check:
+    """How a killed drain is told from a live one (mq_cli/liveness.py)."""
+    from .drain import owner_token
+    from .liveness import LIVE_MARK
+
+    if backend.kind == "sqlite":
+        return Check(
+            "dead drains", True, f"seen at once: each drain holds a lock file in {backend.lock_dir}"
+        )
+    token = owner_token() + LIVE_MARK
+    try:
+        taken = backend.live_lock_take(token)
+        if taken:
+            backend.live_lock_release(token)
+    except MqError as exc:
+        taken = None
+        why = str(exc)
+    else:
+        why = (
+            "Galera: a lock is local to one node"
+            if getattr(getattr(backend, "server", None), "galera", False)
+            else "the server gave no lock that dies with the session (a pooler in transaction mode?)"
+        )
+    if taken:
+        return Check("dead drains", True, "seen at once: each drain holds a session lock")
+    return Check(
+        "dead drains",
+        True,
+        f"seen only after stalled_after without a heartbeat ({why})",
+        warn=True,
+    )
 
 
 def _importable(name: str, label: str, path: str) -> Check:

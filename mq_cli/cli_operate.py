@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 # as models.STATUSES; written out so that `mq --help` need not import the models
 STATUSES = ("ready", "processing", "failed")
+STATES = ("ready", "delayed", "processing", "stalled", "failed")
 
 
 def _exit(code: int) -> None:
@@ -157,20 +158,25 @@ def _gc_summary(report: GcReport, err: bool) -> None:
 
 
 @cli.command("list")
-@queue_option(required=True)
-@click.option("--status", type=click.Choice(STATUSES), help="Only messages in this state.")
+@queue_option()
+@click.option(
+    "--status", type=click.Choice(STATES),
+    help="Only messages in this state (as `mq stats` counts them).",
+)  # fmt: skip
 @click.option(
     "--limit", type=click.IntRange(min=1), default=100, show_default=True, metavar="N",
     help="Show at most N messages.",
 )  # fmt: skip
 @json_option
 @pass_state
-def list_(state: State, queue: str, status: str | None, limit: int, as_json: bool) -> None:
-    """A queue's messages, oldest first, with their last error.
+def list_(state: State, queue: str | None, status: str | None, limit: int, as_json: bool) -> None:
+    """A queue's messages (without -q: every queue's), oldest first, with their last error.
 
-    The table shows a processing message whose heartbeat is older than the
-    queue's stalled_after as `stalled`, and the last line of last_error (where
-    a traceback names the exception); `mq show ID` has everything.
+    The table shows a processing message whose drain is gone (its lock is
+    free, or its heartbeat is older than the queue's stalled_after) as
+    `stalled`, and the last line of last_error (where a traceback names the
+    exception); `mq show ID` has everything. --json adds "state": ready,
+    delayed, processing, stalled or failed ("status" is what is stored).
 
     \b
     Example:  mq list -q mail --status failed
@@ -180,11 +186,14 @@ def list_(state: State, queue: str, status: str | None, limit: int, as_json: boo
 
     listing = state.mq.list_messages(queue, status, limit)
     if as_json:
-        click.echo(json.dumps([m.to_json() for m in listing.messages]))
+        click.echo(
+            json.dumps([{**m.to_json(), "state": listing.states[m.id]} for m in listing.messages])
+        )
     elif listing.messages:
         click.echo(render.list_table(listing))
     else:
-        click.echo(f"no {status + ' ' if status else ''}messages in queue {queue}")
+        where = f"in queue {queue}" if queue else "in any queue"
+        click.echo(f"no {status + ' ' if status else ''}messages {where}")
     if listing.more:
         click.echo(f"mq: showing the oldest {limit}; there are more (raise --limit)", err=True)
 

@@ -21,11 +21,11 @@ from contextlib import closing
 from types import FrameType
 from typing import Any
 
-from . import clock, handlers, render, runlog, slots, wakeup
+from . import clock, handlers, liveness, render, runlog, slots, wakeup
 from .backends.base import Backend
 from .config import Config, QueueConfig
 from .drain_types import DrainOptions, DrainReport
-from .errors import ConfigError, ConnectionLost, DatabaseError
+from .errors import ConfigError, ConnectionLost, DatabaseError, SessionLost
 from .models import Message
 
 log = logging.getLogger("mq")
@@ -36,6 +36,7 @@ RECONNECT_FOR = 15.0
 WAIT_POLL_MIN = 0.05
 WAIT_POLL_MAX = 1.0  # the contract: --wait polls at least once a second
 PAUSE_LOOK_EVERY = 2.0  # a running drain looks whether its queue was paused
+REQUEUE_LOOK_EVERY = 0.5  # a waiting requeue_stalled drain looks for dead drains' messages
 ERROR_LOG_WIDTH = 1000  # characters of a failure's last line in the drain's log
 
 
@@ -61,6 +62,14 @@ class Drain:
         self.lease_until = 0.0
         self._lease_for = 0.0  # stalled_after / 2 of the queue being drained
         self._gave_up = False  # the database stayed away for a whole reconnect window
+        # Liveness (liveness.py): "file" (SQLite's flock), "session" (a server lock
+        # that dies with the connection: fenced), or None (heartbeats alone).
+        self.live: str | None = None
+        self._file_lock: liveness.FileLock | None = None
+        self.last_proof = 0.0  # time.monotonic() when a statement last proved the session
+        self.watchdog: liveness.Watchdog | None = None
+        self._take_back_due = False  # reconnected: the lock first, then anything else
+        self._suspects: dict[str, float] = {}  # owner -> since when its lock is free
         self.runlog = runlog.RunLog(config, lambda: self.backend, lambda: self.owner, self.report)
 
     # -- setup --------------------------------------------------------------
@@ -105,6 +114,7 @@ class Drain:
         try:
             slots.ensure_lock_dir(self.config.lock_dir)
             paused = self._db(lambda b: b.paused())
+            self._take_liveness()
             for queue, path in plan:
                 if self._should_stop():
                     break
@@ -130,9 +140,35 @@ class Drain:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            if self.watchdog is not None:
+                self.watchdog.close()
+            if self._file_lock is not None:
+                self._file_lock.release()
             self.report.seconds = time.monotonic() - started
             self.runlog.end(sys.exc_info()[1])
         return self.report
+
+    def _take_liveness(self) -> None:
+        """Hold a lock named after this drain's owner token for as long as it runs, and
+        mark the token so gc knows to look at it (liveness.py)."""
+        token = self.owner + liveness.LIVE_MARK
+        if self.backend.kind == "sqlite":
+            try:
+                self._file_lock = liveness.FileLock(self.config.lock_dir, token)
+            except OSError as exc:
+                log.info("no drain lock file (%s): heartbeats alone show this drain alive", exc)
+                return
+            self.owner, self.live = token, "file"
+            return
+        if self._db(lambda b: b.live_lock_take(token)):
+            self.owner, self.live = token, "session"
+            self.watchdog = liveness.Watchdog(lambda: self.last_proof, self._fence)
+
+    def _fence(self) -> None:
+        # The watchdog's thread: only a signal to the handler, nothing else.
+        runner = self.runner
+        if runner is not None:
+            runner.kill()
 
     def _with_recovery_hint(self, exc: DatabaseError) -> DatabaseError:
         """The error, saying what becomes of what this drain held (a full disk, a
@@ -168,6 +204,7 @@ class Drain:
 
     def _drain_queue(self, queue: QueueConfig, path: str) -> None:
         self._db(lambda b: b.purge_tombstones(queue.name))
+        requeued = time.monotonic()
         if queue.requeue_stalled:
             self._requeue_stalled(queue)  # records the clock first
         else:
@@ -197,6 +234,13 @@ class Drain:
                 if not batch:
                     if not self.options.wait:
                         return
+                    if queue.requeue_stalled and time.monotonic() - requeued >= REQUEUE_LOOK_EVERY:
+                        # A dead drain's messages come back within seconds, not at
+                        # this drain's next start.
+                        requeued = time.monotonic()
+                        if self._requeue_stalled(queue) or self._suspects:
+                            # Ready after liveness.GRACE, or a lock under watch: look often.
+                            idle = min(idle, REQUEUE_LOOK_EVERY)
                     idle = self._idle(idle, waiter)
                     continue
                 idle = WAIT_POLL_MIN
@@ -214,19 +258,23 @@ class Drain:
             log.info("queue %s: no wake-up on enqueue (%s); polling", queue.name, exc)
             return None
 
-    def _requeue_stalled(self, queue: QueueConfig) -> None:
+    def _requeue_stalled(self, queue: QueueConfig) -> int:
         """`requeue_stalled: true`: what `mq gc --stalled --requeue -q QUEUE` would do."""
         from .operate import requeue_stalled
 
-        changed, failed = self._db(lambda b: requeue_stalled(b, queue))
+        # A waiting drain remembers since when a drain's lock is free, and does
+        # not wait for it; a cron drain's one look waits (liveness.SUSPECT).
+        suspects = self._suspects if self.options.wait else None
+        changed, failed = self._db(lambda b: requeue_stalled(b, queue, suspects))
         if changed:
             # Worth a mail from cron: a drain died holding these.
             log.warning(
-                "queue %s: requeued %d stalled message(s) (no heartbeat for over %s: their "
-                "drain died?)%s",
+                "queue %s: requeued %d stalled message(s) (their drain's lock was free, or no "
+                "heartbeat for over %s: it died?)%s",
                 queue.name, changed, _seconds(queue.stalled_after),
                 f"; {failed} reached max_errors and are now failed" if failed else "",
             )  # fmt: skip
+        return int(changed)
 
     def _idle(self, pause: float, waiter: wakeup.Waiter | None) -> float:
         """Wait before polling again with --wait: short at first, growing to a second;
@@ -271,11 +319,16 @@ class Drain:
     def _run_batch(self, queue: QueueConfig, batch: list[Message], runner: handlers.Runner) -> None:
         tick_every = max(min(queue.stalled_after / 3, 5.0), 0.05)
         beat_every = queue.stalled_after / 3
+        fenced = self.watchdog is not None
+        if fenced:
+            tick_every = min(tick_every, liveness.PROBE_EVERY)
         self._last_beat = time.monotonic()
 
         def tick() -> None:
             if time.monotonic() - self._last_beat >= beat_every:
                 self._heartbeat()
+            elif fenced and time.monotonic() - self.last_proof >= liveness.PROBE_EVERY:
+                self._db(lambda b: b.probe())
             self.runlog.tick()
 
         def admit(index: int) -> bool:
@@ -283,12 +336,16 @@ class Drain:
                 # Paused (SIGSTOP, a frozen VM) or the database away: renew before
                 # starting anything, or learn that gc took it.
                 self._heartbeat()
+            elif fenced and time.monotonic() - self.last_proof >= liveness.PROBE_EVERY:
+                self._db(lambda b: b.probe())
             return batch[index].id in self.held and not self._should_stop()
 
         def not_after() -> float:
             # The worker may start a message sent ahead only before this: if this
-            # drain freezes, what it sent must not run once gc may requeue it.
-            return min(self.lease_until, self.deadline or math.inf)
+            # drain freezes, what it sent must not run once gc may requeue it; nor,
+            # with a session lock, once the fence would stop it.
+            proof = self.last_proof + liveness.FENCE if fenced else math.inf
+            return min(self.lease_until, proof, self.deadline or math.inf)
 
         jobs = [
             (m.payload or b"", handlers.MessageInfo(m.id, m.queue, m.error_count, m.created_at))
@@ -296,16 +353,22 @@ class Drain:
         ]
         self.runlog.batch(batch)
         results = runner.run_many(jobs, admit, queue.timeout or None, tick, tick_every, not_after)
+        if self.watchdog is not None:
+            self.watchdog.arm()
         try:
             # closing: a handler still running when we leave early is killed
             # before its message is given back below.
             with closing(results):
                 try:
                     self._record_results(queue, batch, results, tick)
-                except DatabaseError:
+                except DatabaseError as exc:
+                    if isinstance(exc, SessionLost):
+                        runner.kill()  # it may be running a message gc can take now
                     self._settle_after_failure(queue, batch, runner, results)
                     raise
         finally:
+            if self.watchdog is not None:
+                self.watchdog.disarm()
             if self.done:
                 self._acknowledge_group(queue)
             if self.held:
@@ -355,6 +418,8 @@ class Drain:
         """Acknowledge each outcome as the runner yields it."""
         for index, outcome in results:
             message = batch[index]
+            if self.watchdog is not None and self.watchdog.fired:
+                raise SessionLost(self._session_lost_text("no proof of it"))
             self.runlog.outcome(message, outcome)
             if not outcome.started:
                 if message.id not in self.held:
@@ -488,6 +553,8 @@ class Drain:
             # Every stalled_after/3 at most: a clock step is seen by the drains
             # that hold messages, whoever runs gc.
             clock.observe_quietly(self.backend)
+        except SessionLost:
+            raise
         except DatabaseError as exc:
             # The handler is still running; the acknowledgement will try again.
             log.warning("heartbeat failed: %s", exc)
@@ -507,7 +574,13 @@ class Drain:
         pause = 0.2
         while True:
             try:
-                return operation(self.backend)
+                if self._take_back_due:
+                    self._take_back()
+                    self._take_back_due = False
+                sent = time.monotonic()
+                result = operation(self.backend)
+                self.last_proof = max(self.last_proof, sent)
+                return result
             except ConnectionLost as exc:
                 if time.monotonic() >= give_up:
                     self._gave_up = True
@@ -522,6 +595,32 @@ class Drain:
                     self.backend.reconnect()
                 except DatabaseError as again:
                     log.warning("reconnect failed: %s", again)
+                    continue
+                self._take_back_due = self.live == "session"
+
+    def _take_back(self) -> None:
+        """After a reconnect: take this drain's lock again on the new session, then
+        check with an owner-guarded heartbeat that nothing it held was taken while
+        the lock was free. Raises SessionLost if either fails."""
+        backend = self.backend
+        for attempt in range(6):
+            # The server may not have seen the old session go yet (it holds the lock).
+            if backend.live_lock_take(self.owner):
+                break
+            time.sleep(0.2 * (attempt + 1))
+        else:
+            raise SessionLost(self._session_lost_text("could not take its lock back"))
+        ids = sorted(self.held) + [m.id for m in self.done]
+        if ids and backend.heartbeat(ids, self.owner) < len(ids):
+            raise SessionLost(self._session_lost_text("gc took messages it held"))
+        log.info("took the drain's lock back on a new session")
+
+    def _session_lost_text(self, why: str) -> str:
+        return (
+            f"lost the database session that showed this drain alive ({why}): its running "
+            "handler was stopped; its messages come back through `mq gc --stalled --requeue` "
+            "(or a requeue_stalled drain) within seconds"
+        )
 
 
 def _seconds(value: float) -> str:

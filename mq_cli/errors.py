@@ -59,3 +59,8 @@ class Deadlock(DatabaseError):
 
 class ConnectionLost(DatabaseError):
     """The connection dropped mid-operation; the outcome of that operation is unknown."""
+
+
+class SessionLost(DatabaseError):
+    """A drain's database session (and the lock that showed it alive) ended while it
+    held messages, and it could not show it still holds them: it stops."""

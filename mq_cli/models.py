@@ -6,6 +6,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 STATUSES = ("ready", "processing", "failed")
+#: what `mq stats` counts and `mq list --status` takes: ready splits into ready now
+#: and delayed, processing into live claims and stalled ones
+STATES = ("ready", "delayed", "processing", "stalled", "failed")
+STATE_STATUS = {"delayed": "ready", "stalled": "processing"}
 
 
 def iso(moment: datetime | None) -> str | None:
@@ -106,6 +110,7 @@ class Listing:
     messages: list[Message]
     more: bool = False  # more messages matched than the limit allowed
     stalled_after: float = 3600.0  # the queue's, to tell stalled from live claims
+    states: dict[int, str] = field(default_factory=dict)  # id -> one of STATES
 
 
 @dataclass

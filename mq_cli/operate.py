@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
 from typing import TypeVar
 
 from . import clock, handlers
@@ -22,7 +23,17 @@ from .backends.base import OPERATE_BATCH, Backend
 from .config import Config, QueueConfig, validate_queue_name
 from .durations import format_duration
 from .errors import ConfigError, MqError, NotFound
-from .models import STATUSES, ByIdResult, GcQueueResult, GcReport, Listing, Message
+from .liveness import mark_dead
+from .models import (
+    STATE_STATUS,
+    STATES,
+    STATUSES,
+    ByIdResult,
+    GcQueueResult,
+    GcReport,
+    Listing,
+    Message,
+)
 
 KINDS = {"stalled": "processing", "failed": "failed"}  # gc kind -> the status it looks in
 ACTIONS = ("requeue", "delete")
@@ -41,7 +52,8 @@ def _chunks(items: Sequence[T], size: int = OPERATE_BATCH) -> Iterator[Sequence[
 def stalled_note(older_than: float, by: str) -> tuple[str, str]:
     """last_error of a requeued stalled message, around its dead drain's owner token."""
     return (
-        f"stalled: no heartbeat for over {format_duration(older_than)} from its drain ",
+        f"stalled: its drain's lock was free, or no heartbeat for over "
+        f"{format_duration(older_than)}, from drain ",
         f"; requeued by {by}",
     )
 
@@ -113,6 +125,8 @@ class Gc:
             bound = self.older_than if self.older_than is not None else queue.stalled_after
             result = GcQueueResult(name)
             report.queues.append(result)
+            if self.kind == "stalled":
+                mark_dead(self.backend, name)
             if clock_says_wait(state, name, bound):
                 continue
             if self.action is None or self.notify:
@@ -243,9 +257,13 @@ def _nothing() -> None:
     pass
 
 
-def requeue_stalled(backend: Backend, queue: QueueConfig) -> tuple[int, int]:
+def requeue_stalled(
+    backend: Backend, queue: QueueConfig, suspects: dict[str, float] | None = None
+) -> tuple[int, int]:
     """`mq drain` with `requeue_stalled: true`: the same requeue as `mq gc --stalled
-    --requeue -q QUEUE`. Returns (requeued, of which now failed at max_errors)."""
+    --requeue -q QUEUE`. Returns (requeued, of which now failed at max_errors).
+    ``suspects``: see liveness.mark_dead (a waiting drain keeps it between looks)."""
+    mark_dead(backend, queue.name, suspects)
     if clock_says_wait(clock.observe_quietly(backend), queue.name, queue.stalled_after):
         return 0, 0
     result = GcQueueResult(queue.name)
@@ -258,24 +276,64 @@ def requeue_stalled(backend: Backend, queue: QueueConfig) -> tuple[int, int]:
 
 
 def list_messages(
-    config: Config, backend: Backend, queue: str, status: str | None = None, limit: int = 100
+    config: Config,
+    backend: Backend,
+    queue: str | None,
+    state: str | None = None,
+    limit: int = 100,
 ) -> Listing:
-    """The oldest ``limit`` live messages of ``queue`` (by id), of ``status`` if given."""
-    validate_queue_name(queue)
-    if status is not None and status not in STATUSES:
-        raise ConfigError(f"status must be one of {', '.join(STATUSES)}, not {status!r}")
+    """The oldest ``limit`` live messages of ``queue`` (by id; None: of every queue, a
+    queue after another), in ``state`` (one of STATES) if given."""
+    if queue is not None:
+        validate_queue_name(queue)
+    if state is not None and state not in STATES:
+        raise ConfigError(f"status must be one of {', '.join(STATES)}, not {state!r}")
     if limit < 1:
         raise ConfigError("the limit must be at least 1")
+    status = STATE_STATUS.get(state or "", state)
+    now = backend.now()
+    if queue is not None:
+        names = [queue]
+    else:
+        found_in = {q for s in STATUSES for q in backend.queues_with_status(s)}
+        names = sorted(found_in)
     found: list[Message] = []
-    after = 0
-    while len(found) <= limit:
-        page = backend.list_messages(queue, status, after, min(OPERATE_BATCH, limit + 1))
-        if not page:
-            break
-        found += page
-        after = page[-1].id
-    stalled_after = config.queue(queue).stalled_after
-    return Listing(queue, backend.now(), found[:limit], len(found) > limit, stalled_after)
+    states: dict[int, str] = {}
+    for name in names:
+        stalled_after = config.queue(name).stalled_after
+        after = 0
+        while len(found) <= limit:
+            size = OPERATE_BATCH if state else min(OPERATE_BATCH, limit + 1)
+            page = backend.list_messages(name, status, after, size)
+            if not page:
+                break
+            after = page[-1].id
+            dead = backend.dead_owners([m.owner for m in page if m.status == "processing"])
+            for m in page:
+                states[m.id] = _state(m, now, stalled_after, dead)
+                if state is None or states[m.id] == state:
+                    found.append(m)
+    stalled_after = config.queue(queue).stalled_after if queue else 0.0
+    kept = found[:limit]
+    return Listing(
+        queue or "",
+        now,
+        kept,
+        len(found) > limit,
+        stalled_after,
+        {m.id: states[m.id] for m in kept},
+    )
+
+
+def _state(message: Message, now: datetime, stalled_after: float, dead: set[str]) -> str:
+    """The message's state as `mq stats` counts it."""
+    if message.status == "ready":
+        return "delayed" if message.available_at > now else "ready"
+    if message.status == "processing":
+        heartbeat = message.heartbeat_at
+        old = heartbeat is not None and (now - heartbeat).total_seconds() > stalled_after
+        return "stalled" if old or message.owner in dead else "processing"
+    return message.status
 
 
 def show(backend: Backend, ident: int) -> Message:

@@ -131,18 +131,22 @@ def list_rows(listing: Listing) -> list[list[str]]:
     now = listing.now
     rows = []
     for m in listing.messages:
-        status = "stalled" if is_stalled(m, now, listing.stalled_after) else m.status
+        status = listing.states.get(m.id) or (
+            "stalled" if is_stalled(m, now, listing.stalled_after) else m.status
+        )
+        status = "ready" if status == "delayed" else status  # AVAILABLE IN says when
         wait = (m.available_at - now).total_seconds()
         available = format_duration(wait) if m.status == "ready" and wait > 0 else "-"
-        rows.append(
-            [str(m.id), status, str(m.priority), str(m.error_count), since(now, m.created_at),
-             available, error_line(m.last_error)]
-        )  # fmt: skip
+        row = [str(m.id), status, str(m.priority), str(m.error_count), since(now, m.created_at),
+               available, error_line(m.last_error)]  # fmt: skip
+        rows.append(row if listing.queue else [printable(m.queue), *row])
     return rows
 
 
 def list_table(listing: Listing) -> str:
-    return table(LIST_HEADERS, list_rows(listing), LIST_ALIGN)
+    if listing.queue:
+        return table(LIST_HEADERS, list_rows(listing), LIST_ALIGN)
+    return table(["QUEUE", *LIST_HEADERS], list_rows(listing), "<" + LIST_ALIGN)
 
 
 def gc_table(kind: str) -> tuple[TableWriter, Callable[[list[Message], datetime], list[list[str]]]]:

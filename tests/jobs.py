@@ -81,3 +81,15 @@ def notify_finish_first(messages: list) -> None:
 def record_time(payload: object) -> None:
     """Logs when it started (time.time()), for wake-up latencies."""
     _log(payload, t=time.time())
+
+
+def alive(payload: dict) -> None:
+    """Logs "start", then a line every 0.1 s while it runs (so a test can tell when a
+    run really stopped), then "end" after ``sleep`` seconds."""
+    key = payload.get("k")
+    _log(payload, event="start", at=time.time())
+    end = time.monotonic() + float(payload.get("sleep", 0))
+    while time.monotonic() < end:
+        _log(payload, event="alive", at=time.time())
+        time.sleep(0.1)
+    _log(payload, event="end", at=time.time(), k=key)

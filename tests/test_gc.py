@@ -16,6 +16,7 @@ from mq_cli.backends.mysql import MysqlBackend
 from mq_cli.backends.postgres import PostgresBackend
 from mq_cli.backends.sqlite import SqliteBackend
 from mq_cli.dburl import parse_database_url
+from mq_cli.liveness import GRACE
 
 DEAD = "deadhost:4242:abcd"
 
@@ -523,7 +524,8 @@ def test_requeue_stalled_after_a_drain_killed_with_9(db, tmp_path, notified):
     (tmp_path / "mq.yaml").write_text(
         (tmp_path / "mq.yaml").read_text().replace("tests.jobs:sleepy", "tests.jobs:record")
     )
-    result = db.run("drain", "-q", "jobs")
+    # A dead drain's messages wait liveness.GRACE before they run again: --wait.
+    result = db.run("drain", "-q", "jobs", "--wait", "--max-seconds", str(GRACE + 2))
     assert result.exit_code == 0, result.output
     assert "requeued 2 stalled message(s)" in result.stderr
     assert len(notified()) == 2 and snapshot(db) == []

@@ -113,10 +113,47 @@ def test_list_of_an_empty_queue(db):
 
 
 @pytest.mark.parametrize(
-    "args", [[], ["-q", "jobs", "--status", "done"], ["-q", "jobs", "--limit", "0"]]
+    "args", [["-q", "jobs", "--status", "done"], ["-q", "jobs", "--limit", "0"]]
 )
 def test_list_usage_errors(db, args):
     assert db.run("list", *args).exit_code == 2
+
+
+def test_list_takes_every_state_stats_counts_and_every_queue_without_q(db):
+    (failed,) = enqueue(db, "jobs", b'"f"')
+    fail(db, "jobs", 1)
+    (live,) = enqueue(db, "jobs", b'"p"')
+    claim(db, "jobs", 1, owner="livehost:1:aa")
+    (stalled,) = enqueue(db, "jobs", b'"s"')
+    claim(db, "jobs", 1, owner="deadhost:2:bb")
+    db.sql(f"UPDATE mq_messages SET heartbeat_at = {db.now_sql(-7200)} WHERE id = %s", (stalled,))  # noqa: S608
+    (ready,) = enqueue(db, "jobs", b'"r"')
+    (delayed,) = enqueue(db, "jobs", b'"later"', delay=3600)
+    (elsewhere,) = enqueue(db, "other", b'"o"')
+    expected = {
+        "ready": [ready], "delayed": [delayed], "processing": [live],
+        "stalled": [stalled], "failed": [failed],
+    }  # fmt: skip
+    for state, ids in expected.items():
+        result = db.run("list", "-q", "jobs", "--status", state, "--json")
+        assert result.exit_code == 0, result.output
+        listed = json.loads(result.stdout)
+        assert [m["id"] for m in listed] == ids, state
+        assert {m["state"] for m in listed} == {state}
+    counts = json.loads(db.run("stats", "-q", "jobs", "--json").stdout)["jobs"]
+    assert {k: counts[k] for k in expected} == {k: len(v) for k, v in expected.items()}
+    table = db.run("list", "-q", "jobs", "--status", "stalled")
+    assert listed_ids(table.stdout) == [stalled]  # with -q the first column is the id
+    assert "stalled" in table.stdout
+    everything = db.run("list")
+    assert everything.exit_code == 0, everything.output
+    assert everything.stdout.splitlines()[0].split()[:2] == ["QUEUE", "ID"]
+    ids = [int(line.split()[1]) for line in everything.stdout.splitlines()[1:]]
+    assert ids == [failed, live, stalled, ready, delayed, elsewhere]
+    assert db.run("list", "--status", "delayed", "--json").stdout.count('"id"') == 1
+    assert db.run("list", "--status", "failed").stdout.startswith("QUEUE")
+    none = db.run("list", "--status", "stalled", "-q", "other")
+    assert none.stdout.strip() == "no stalled messages in queue other"
 
 
 # -- show -----------------------------------------------------------------------

@@ -13,6 +13,7 @@ def open_backend(
     create: bool | None = None,
     auto_init: bool = True,
     reading: bool = False,
+    lock_dir: str = "",
 ) -> Backend:
     """Connect to the database ``settings`` describe.
 
@@ -21,8 +22,17 @@ def open_backend(
     with a user allowed to create tables). ``auto_init`` False: only make the
     SQLite file's directory, and leave creating the schema to the caller (`mq init`).
     ``reading``: for commands that only read, which create the schema only in a
-    SQLite file that did not exist.
+    SQLite file that did not exist. ``lock_dir``: where this host's drains keep
+    their lock files (SQLite tells a dead drain by its file there).
     """
+    backend = _open(settings, table, create, auto_init, reading)
+    backend.lock_dir = lock_dir
+    return backend
+
+
+def _open(
+    settings: DatabaseSettings, table: str, create: bool | None, auto_init: bool, reading: bool
+) -> Backend:
     if settings.kind == "sqlite":
         from .sqlite import SqliteBackend
 

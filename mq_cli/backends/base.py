@@ -290,6 +290,52 @@ class Backend(ABC):
         """(healthy, one line): what kind of server mq runs on, for `mq check`."""
         return True, self.kind
 
+    # -- liveness: a lock each drain holds while it runs (mq_cli/liveness.py) -------
+
+    #: where this host's drains keep their lock files (SQLite's liveness)
+    lock_dir: str = ""
+
+    def live_lock_take(self, owner: str) -> bool | None:
+        """Take ``owner``'s lock for this session: True, False when someone holds it,
+        None when this server cannot give one that dies with the session (Galera,
+        a pooler)."""
+        return None
+
+    def live_lock_free(self, owner: str) -> bool:
+        """Whether nobody holds ``owner``'s lock (a read)."""
+        return False
+
+    def live_lock_seize(self, owner: str) -> bool:
+        """Take a (presumably dead) ``owner``'s lock if free; True when taken."""
+        return False
+
+    def live_lock_release(self, owner: str) -> None:  # noqa: B027 - nothing to release
+        """Give back a lock live_lock_take or live_lock_seize took."""
+
+    def dead_owners(self, owners: Sequence[str | None]) -> set[str]:
+        """Those of ``owners`` whose drain is gone, as its lock says."""
+        from ..liveness import dead_owners
+
+        return dead_owners(self, self.lock_dir, owners)
+
+    @abstractmethod
+    def probe(self) -> None:
+        """One round trip: raises ConnectionLost when the session is gone."""
+
+    @abstractmethod
+    def processing_owners(self, queue: str) -> list[str]:
+        """The owners of ``queue``'s `processing` messages (at most 1,000)."""
+
+    @abstractmethod
+    def mark_dead(self, queue: str, owner: str) -> int:
+        """Make ``owner``'s `processing` messages of ``queue`` stalled now (its lock is
+        free and held by the caller); how many."""
+
+    @abstractmethod
+    def owner_counts(self, queue: str, stalled_after: float) -> list[tuple[str | None, int, int]]:
+        """(owner, processing messages, of them with a heartbeat older than
+        ``stalled_after``) per owner of ``queue``'s `processing` messages."""
+
     @abstractmethod
     def paused(self) -> dict[str, str]:
         """{queue: since} for every paused queue."""

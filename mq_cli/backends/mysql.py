@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -20,8 +21,11 @@ from ..errors import (
     PayloadTooLarge,
     SchemaMissing,
 )
+from ..liveness import lock_name
 from .sqlcore import RETRIES, SqlBackend, Tx, insert_each, insert_rows
 from .sqlcore import queries as dialect_queries
+
+log = logging.getLogger("mq")
 
 ER_ACCESS_DENIED = 1045
 ER_BAD_DB = 1049
@@ -245,6 +249,32 @@ class MysqlBackend(SqlBackend):
 
     def _shift(self, seconds: float) -> object:
         return int(seconds * 1_000_000)  # TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6))
+
+    # -- liveness -------------------------------------------------------------
+
+    def live_lock_take(self, owner: str) -> bool | None:
+        if self.server.galera:
+            # GET_LOCK is local to one node: another node would see every drain dead.
+            return None
+        try:
+            got = self._rows(self._sql["live_take"], (lock_name(owner),))[0][0]
+        except ConnectionLost:
+            raise
+        except DatabaseError as exc:
+            log.info("no session lock on this server (%s): heartbeats alone tell live drains", exc)
+            return None
+        return got == 1
+
+    def live_lock_free(self, owner: str) -> bool:
+        return self._rows(self._sql["live_free"], (lock_name(owner),))[0][0] == 1
+
+    def live_lock_seize(self, owner: str) -> bool:
+        if self.server.galera:
+            return False
+        return self._rows(self._sql["live_take"], (lock_name(owner),))[0][0] == 1
+
+    def live_lock_release(self, owner: str) -> None:
+        self._rows(self._sql["live_release"], (lock_name(owner),))
 
     def reconnect(self) -> None:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -15,8 +16,11 @@ from ..errors import (
     MqError,
     SchemaMissing,
 )
+from ..liveness import lock_key
 from .sqlcore import SqlBackend, Tx, insert_each, insert_rows
 from .sqlcore import queries as dialect_queries
+
+log = logging.getLogger("mq")
 
 try:
     import psycopg
@@ -200,6 +204,39 @@ class PostgresBackend(SqlBackend):
 
     def _shift(self, seconds: float) -> object:
         return float(seconds)  # now() + make_interval(secs => %s)
+
+    # -- liveness -------------------------------------------------------------
+
+    @staticmethod
+    def _halves(owner: str) -> tuple[int, int]:
+        """pg_locks shows a bigint advisory key as classid (high half) and objid (low)."""
+        key = lock_key(owner) & 0xFFFFFFFFFFFFFFFF
+        return key >> 32, key & 0xFFFFFFFF
+
+    def live_lock_take(self, owner: str) -> bool | None:
+        try:
+            if not self._rows(self._sql["live_take"], (lock_key(owner),))[0][0]:
+                return False
+            if not self._rows(self._sql["live_mine"], self._halves(owner))[0][0]:
+                # A pooler in transaction mode ran that on another server session,
+                # which may end while this drain lives: no lock to trust.
+                log.info("the session lock is not on this session (a pooler?): heartbeats alone")
+                return None
+        except ConnectionLost:
+            raise
+        except DatabaseError as exc:
+            log.info("no session lock on this server (%s): heartbeats alone tell live drains", exc)
+            return None
+        return True
+
+    def live_lock_free(self, owner: str) -> bool:
+        return bool(self._rows(self._sql["live_free"], self._halves(owner))[0][0])
+
+    def live_lock_seize(self, owner: str) -> bool:
+        return bool(self._rows(self._sql["live_take"], (lock_key(owner),))[0][0])
+
+    def live_lock_release(self, owner: str) -> None:
+        self._rows(self._sql["live_release"], (lock_key(owner),))
 
     def reconnect(self) -> None:
         self.close()

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import Deadlock, MqError, SchemaMissing
+from ..liveness import GRACE
 from ..models import Message, QueueStats
 from .base import load_queries, placeholders
 from .sqlops import SqlOperate, as_text
@@ -37,6 +38,7 @@ RETRIES = 8
 def queries(dialect: str, table: str, **more: str) -> dict[str, str]:
     """The dialect's named statements for ``table`` (and other ``{name}`` substitutions)."""
     result = {}
+    more = {"grace": f"{GRACE:g}", **more}
     for name, sql in load_queries(dialect).items():
         sql = sql.replace("{table}", table)
         for key, value in more.items():
@@ -447,6 +449,22 @@ class SqlBackend(SqlOperate, SqlRunLog):
     def purge_tombstones(self, queue: str) -> int:
         return self._change(self._sql["purge_tombstones"], (queue,))
 
+    # -- liveness (mq_cli/liveness.py) ---------------------------------------------
+
+    def probe(self) -> None:
+        self._rows(self._sql["probe"])
+
+    def processing_owners(self, queue: str) -> list[str]:
+        rows = self._rows(self._sql["processing_owners"], (queue,))
+        return [str(row[0]) for row in rows if row[0] is not None]
+
+    def mark_dead(self, queue: str, owner: str) -> int:
+        return self._change(self._sql["mark_dead"], (queue, owner))
+
+    def owner_counts(self, queue: str, stalled_after: float) -> list[tuple[str | None, int, int]]:
+        rows = self._rows(self._sql["owner_counts"], (self._shift(-stalled_after), queue))
+        return [(row[0], int(row[1]), int(row[2] or 0)) for row in rows]
+
     # -- reading ----------------------------------------------------------------
 
     def stats(
@@ -460,8 +478,9 @@ class SqlBackend(SqlOperate, SqlRunLog):
         for name, ready, delayed, processing, failed, oldest in rows:
             stalled = 0
             if processing:
-                bound = self._shift(-stalled_after(name))
-                stalled = int(self._rows(self._sql["count_stalled"], (name, bound))[0][0])
+                counts = self.owner_counts(name, stalled_after(name))
+                dead = self.dead_owners([owner for owner, _, _ in counts])
+                stalled = sum(total if owner in dead else old for owner, total, old in counts)
             result[name] = QueueStats(
                 ready=int(ready),
                 delayed=int(delayed),

@@ -91,11 +91,6 @@ WHERE status IN ('ready', 'processing', 'failed') {queue_filter}
 GROUP BY queue
 ORDER BY queue
 
--- name: count_stalled
-SELECT COUNT(*) FROM `{table}`
-WHERE queue = %s AND status = 'processing'
-  AND heartbeat_at < TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6))
-
 -- name: claim_select
 -- Oldest ready messages of the highest priority, in index order, skipping rows
 -- other drains hold: concurrent claims never wait on each other.
@@ -234,11 +229,15 @@ FOR UPDATE
 -- name: requeue_stalled_ready
 -- Each gc action repeats its match, so a message that finished, heartbeated or
 -- was claimed again since it was listed is not touched. MySQL assigns left to
--- right, so last_error reads owner before owner is cleared.
+-- right, so last_error reads owner before owner is cleared, and available_at
+-- reads heartbeat_at before it is: a dead drain's message (mark_dead) waits
+-- the grace (mq_cli/liveness.py) so its old run is surely over.
 UPDATE `{table}`
 SET status = 'ready', last_error = CONCAT(%s, COALESCE(owner, 'unknown'), %s),
-    error_count = error_count + 1, owner = NULL, heartbeat_at = NULL,
-    available_at = UTC_TIMESTAMP(6)
+    error_count = error_count + 1, owner = NULL,
+    available_at = IF(heartbeat_at < '1970-01-02', TIMESTAMPADD(MICROSECOND,
+                      {grace} * 1000000, UTC_TIMESTAMP(6)), UTC_TIMESTAMP(6)),
+    heartbeat_at = NULL
 WHERE id IN ({ids}) AND queue = %s AND status = 'processing'
   AND heartbeat_at < TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6))
   AND error_count + 1 < %s
@@ -427,6 +426,34 @@ SELECT name, value FROM `{table}_meta` WHERE LEFT(name, 7) IN ('paused:', 'pause
 
 -- name: meta_delete
 DELETE FROM `{table}_meta` WHERE name = %s
+
+-- name: live_take
+-- The drain's lock (mq_cli/liveness.py): it dies with this session.
+SELECT GET_LOCK(%s, 0)
+
+-- name: live_free
+SELECT IS_FREE_LOCK(%s)
+
+-- name: live_release
+SELECT RELEASE_LOCK(%s)
+
+-- name: probe
+SELECT 1
+
+-- name: processing_owners
+SELECT DISTINCT owner FROM `{table}` WHERE queue = %s AND status = 'processing' LIMIT 1000
+
+-- name: mark_dead
+-- Its drain's lock is free (and held by the caller meanwhile): stalled now.
+UPDATE `{table}` SET heartbeat_at = '1970-01-01 00:00:00'
+WHERE queue = %s AND status = 'processing' AND owner = %s
+
+-- name: owner_counts
+-- Per owner: processing messages, and of them those with an old heartbeat.
+SELECT owner, COUNT(*),
+       SUM(heartbeat_at < TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6)))
+FROM `{table}` WHERE queue = %s AND status = 'processing'
+GROUP BY owner
 
 -- The run log (mq_cli/runlog.py): one row per drain run, one per run, queue
 -- and time slice of its results. Its times are Unix seconds of the database's

@@ -83,11 +83,6 @@ WHERE status IN ('ready', 'processing', 'failed') {queue_filter}
 GROUP BY queue
 ORDER BY queue
 
--- name: count_stalled
-SELECT COUNT(*) FROM "{table}"
-WHERE queue = %s AND status = 'processing'
-  AND heartbeat_at < now() + make_interval(secs => %s)
-
 -- name: claim
 -- One round trip: lock the oldest ready messages of the highest priority in
 -- index order, skipping rows other drains hold, and mark them. MATERIALIZED
@@ -211,9 +206,13 @@ WHERE id IN ({ids}) AND queue = %s AND status = 'failed'
 FOR UPDATE
 
 -- name: requeue_stalled_ready
+-- A dead drain's message (mark_dead) waits the grace (mq_cli/liveness.py), so
+-- its old run is surely over; SET reads the old heartbeat_at.
 UPDATE "{table}"
 SET status = 'ready', last_error = %s || COALESCE(owner, 'unknown') || %s,
-    error_count = error_count + 1, owner = NULL, heartbeat_at = NULL, available_at = now()
+    error_count = error_count + 1, owner = NULL, heartbeat_at = NULL,
+    available_at = CASE WHEN heartbeat_at < '1970-01-02' THEN now() + make_interval(secs => {grace})
+                        ELSE now() END
 WHERE id IN ({ids}) AND queue = %s AND status = 'processing'
   AND heartbeat_at < now() + make_interval(secs => %s)
   AND error_count + 1 < %s
@@ -399,6 +398,47 @@ SELECT name, value FROM "{table}_meta" WHERE left(name, 7) IN ('paused:', 'pause
 
 -- name: meta_delete
 DELETE FROM "{table}_meta" WHERE name = %s
+
+-- name: live_take
+-- The drain's lock (mq_cli/liveness.py): a session advisory lock, it dies with
+-- this session.
+SELECT pg_try_advisory_lock(%s)
+
+-- name: live_free
+SELECT NOT EXISTS (
+  SELECT 1 FROM pg_locks
+  WHERE locktype = 'advisory' AND granted
+    AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    AND classid::bigint = %s AND objid::bigint = %s AND objsubid = 1)
+
+-- name: live_mine
+-- Whether this very session holds the lock (a pooler in transaction mode
+-- would run the next statement on another one).
+SELECT EXISTS (
+  SELECT 1 FROM pg_locks
+  WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid()
+    AND classid::bigint = %s AND objid::bigint = %s AND objsubid = 1)
+
+-- name: live_release
+SELECT pg_advisory_unlock(%s)
+
+-- name: probe
+SELECT 1
+
+-- name: processing_owners
+SELECT DISTINCT owner FROM "{table}" WHERE queue = %s AND status = 'processing' LIMIT 1000
+
+-- name: mark_dead
+-- Its drain's lock is free (and held by the caller meanwhile): stalled now.
+UPDATE "{table}" SET heartbeat_at = '1970-01-01 00:00:00+00'
+WHERE queue = %s AND status = 'processing' AND owner = %s
+
+-- name: owner_counts
+-- Per owner: processing messages, and of them those with an old heartbeat.
+SELECT owner, COUNT(*),
+       COUNT(*) FILTER (WHERE heartbeat_at < now() + make_interval(secs => %s))
+FROM "{table}" WHERE queue = %s AND status = 'processing'
+GROUP BY owner
 
 -- The run log (mq_cli/runlog.py): one row per drain run, one per run, queue
 -- and time slice of its results. Its times are Unix seconds of the database's

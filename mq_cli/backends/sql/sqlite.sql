@@ -62,11 +62,6 @@ WHERE status IN ('ready', 'processing', 'failed') {queue_filter}
 GROUP BY queue
 ORDER BY queue
 
--- name: count_stalled
-SELECT COUNT(*) FROM "{table}"
-WHERE queue = ? AND status = 'processing'
-  AND heartbeat_at < strftime('%Y-%m-%d %H:%M:%f', 'now', ?)
-
 -- name: claim_select
 -- Oldest ready messages of the highest priority, in index order. The caller
 -- holds the write lock (BEGIN IMMEDIATE), so no other drain can take them.
@@ -190,10 +185,14 @@ WHERE id IN ({ids}) AND queue = ? AND status = 'failed'
 
 -- name: requeue_stalled_ready
 -- Each gc action repeats its match, so a message that finished, heartbeated or
--- was claimed again since it was listed is not touched.
+-- was claimed again since it was listed is not touched. A dead drain's message
+-- (mark_dead) waits the grace (mq_cli/liveness.py); SET reads old values.
 UPDATE "{table}"
 SET status = 'ready', last_error = ? || COALESCE(owner, 'unknown') || ?,
-    error_count = error_count + 1, owner = NULL, heartbeat_at = NULL, available_at = {now}
+    error_count = error_count + 1, owner = NULL, heartbeat_at = NULL,
+    available_at = CASE WHEN heartbeat_at < '1970-01-02'
+                        THEN strftime('%Y-%m-%d %H:%M:%f', 'now', '+{grace} seconds')
+                        ELSE {now} END
 WHERE id IN ({ids}) AND queue = ? AND status = 'processing'
   AND heartbeat_at < strftime('%Y-%m-%d %H:%M:%f', 'now', ?)
   AND error_count + 1 < ?
@@ -358,6 +357,24 @@ SELECT name, value FROM "{table}_meta" WHERE substr(name, 1, 7) IN ('paused:', '
 
 -- name: meta_delete
 DELETE FROM "{table}_meta" WHERE name = ?
+
+-- name: probe
+SELECT 1
+
+-- name: processing_owners
+SELECT DISTINCT owner FROM "{table}" WHERE queue = ? AND status = 'processing' LIMIT 1000
+
+-- name: mark_dead
+-- Its drain's lock file is free (and held by the caller meanwhile): stalled now.
+UPDATE "{table}" SET heartbeat_at = '1970-01-01 00:00:00.000'
+WHERE queue = ? AND status = 'processing' AND owner = ?
+
+-- name: owner_counts
+-- Per owner: processing messages, and of them those with an old heartbeat.
+SELECT owner, COUNT(*),
+       SUM(heartbeat_at < strftime('%Y-%m-%d %H:%M:%f', 'now', ?))
+FROM "{table}" WHERE queue = ? AND status = 'processing'
+GROUP BY owner
 
 -- The run log (mq_cli/runlog.py): one row per drain run, one per run, queue
 -- and time slice of its results. Its times are Unix seconds of the database's

@@ -1,0 +1,214 @@
+"""A killed drain's messages come back in seconds: each drain holds a lock that dies
+with it (liveness.py), and a live drain is never taken for dead."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from mq_cli.dburl import parse_database_url
+from mq_cli.liveness import FENCE, GRACE
+from tests.proxy import Proxy
+
+LOG = "runs.jsonl"
+
+
+def config(tmp_path: Path) -> None:
+    (tmp_path / "mq.yaml").write_text(
+        "queues:\n  jobs: {handler: 'tests.jobs:alive', stalled_after: 1h, batch_size: 3,"
+        " requeue_stalled: true, max_errors: 5,"
+        " concurrency: 2}\n"
+    )
+
+
+def runs(tmp_path: Path) -> list[dict]:
+    path = tmp_path / LOG
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def stats(db) -> dict:
+    result = db.run("stats", "-q", "jobs", "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)["jobs"]
+
+
+def wait_for(check, timeout: float, what: str) -> float:
+    """Seconds until ``check()`` held."""
+    started = time.monotonic()
+    while not check():
+        assert time.monotonic() - started < timeout, f"{what}: not within {timeout} s"
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def start_holding_drain(db, tmp_path: Path, count: int = 3) -> subprocess.Popen:
+    """A drain running long handlers on ``count`` messages it claimed."""
+    payloads = "\n".join(json.dumps({"k": f"m{i}", "sleep": 60}) for i in range(count))
+    result = db.run("enqueue", "-q", "jobs", "--lines", input=payloads + "\n")
+    assert result.exit_code == 0, result.output
+    drain = db.spawn("drain", "-q", "jobs", env=db.env(MQ_TEST_LOG=str(tmp_path / LOG)))
+    wait_for(lambda: any(r["event"] == "start" for r in runs(tmp_path)), 20, "the drain ran")
+    return drain
+
+
+def kill(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGKILL)
+    process.communicate(timeout=10)
+
+
+def test_a_live_drain_is_not_stalled(db, tmp_path):
+    config(tmp_path)
+    drain = start_holding_drain(db, tmp_path)
+    try:
+        time.sleep(FENCE + 0.5)
+        counts = stats(db)
+        assert (counts["processing"], counts["stalled"]) == (3, 0)
+        result = db.run("gc", "--stalled", "--requeue", "--json")
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout) == []
+        assert db.sql("SELECT COUNT(*) FROM mq_messages WHERE status = 'processing'") == [(3,)]
+    finally:
+        kill(drain)
+
+
+def test_a_killed_drain_is_stalled_at_once_and_its_messages_run_again_within_seconds(db, tmp_path):
+    config(tmp_path)
+    holder = start_holding_drain(db, tmp_path)
+    # A waiting drain with requeue_stalled, already running (as under cron with
+    # --wait), with a quick handler this time.
+    waiting = db.spawn(
+        "drain", "-q", "jobs", "--wait", "--max-seconds", "30", "--handler", "tests.jobs:record",
+        env=db.env(MQ_TEST_LOG=str(tmp_path / "again.jsonl")),
+    )  # fmt: skip
+    try:
+        time.sleep(1.5)  # it is up and waiting
+        killed = time.monotonic()
+        kill(holder)
+        seen = wait_for(lambda: stats(db)["stalled"] == 3, 10, "listed stalled")
+        again = tmp_path / "again.jsonl"
+        wait_for(lambda: again.exists() and len(again.read_text().splitlines()) == 3, 15, "rerun")
+        ran_again = time.monotonic() - killed
+    except AssertionError:
+        waiting.send_signal(signal.SIGTERM)
+        print(waiting.communicate(timeout=30))
+        raise
+    finally:
+        waiting.send_signal(signal.SIGTERM)
+        out, err = waiting.communicate(timeout=30)
+        kill(holder)
+    print(
+        f"\nFIGURES liveness ({db.kind}): stalled after {seen:.2f} s, ran again after {ran_again:.2f} s"
+    )
+    assert seen <= 2.0, f"stalled after {seen:.2f} s"
+    assert ran_again <= 5.0, f"ran again after {ran_again:.2f} s"
+    assert waiting.returncode == 0, err
+    assert b"requeued 3 stalled message(s)" in err
+    assert sorted(json.loads(line)["payload"]["k"] for line in again.read_text().splitlines()) == [
+        "m0", "m1", "m2",
+    ]  # fmt: skip
+    assert db.sql("SELECT COUNT(*) FROM mq_messages") == [(0,)]
+
+
+def test_gc_lists_a_killed_drains_messages_at_once_and_requeues_them_after_the_grace(db, tmp_path):
+    config(tmp_path)
+    kill(start_holding_drain(db, tmp_path))
+    time.sleep(0.3)
+    listed = db.run("gc", "--stalled", "--json")
+    assert listed.exit_code == 0, listed.output
+    assert len(json.loads(listed.stdout)) == 3
+    requeued = db.run("gc", "--stalled", "--requeue")
+    assert requeued.exit_code == 0, requeued.output
+    listing = db.run("list", "-q", "jobs", "--json")
+    assert [m["status"] for m in json.loads(listing.stdout)] == ["ready"] * 3
+    note = db.sql("SELECT last_error FROM mq_messages")[0][0]
+    assert "lock was free" in note
+    # Not before the grace: the dead drain's handler must surely be over.
+    quick = db.run("drain", "-q", "jobs", "--handler", "tests.jobs:noop")
+    assert quick.exit_code == 0 and db.sql("SELECT COUNT(*) FROM mq_messages") == [(3,)]
+    time.sleep(GRACE)
+    later = db.run("drain", "-q", "jobs", "--handler", "tests.jobs:noop")
+    assert later.exit_code == 0, later.output
+    assert db.sql("SELECT COUNT(*) FROM mq_messages") == [(0,)]
+
+
+@pytest.mark.parametrize("db", ["mysql", "postgres"], indirect=True)
+def test_a_drain_cut_off_from_its_database_stops_its_handler_before_the_message_runs_again(
+    db, tmp_path
+):
+    """The drain's link to the server is cut and stays down while gc runs: its lock
+    is free, so gc takes its message; the drain must have stopped its handler
+    before the message runs again elsewhere, and exit 3."""
+    config(tmp_path)
+    settings = parse_database_url(db.url)
+    proxy = Proxy((settings.host, settings.port))
+    scheme, user = ("postgresql", "postgres") if db.kind == "postgres" else ("mysql", "root")
+    proxied = f"{scheme}://{settings.user or user}@127.0.0.1:{proxy.port}/{settings.database}"
+    result = db.run("enqueue", "-q", "jobs", input=json.dumps({"k": "m0", "sleep": 60}))
+    assert result.exit_code == 0, result.output
+    holder = db.spawn(
+        "drain", "-q", "jobs",
+        env=db.env(MQ_TEST_LOG=str(tmp_path / LOG), MQ_DATABASE_URL=proxied),
+    )  # fmt: skip
+    try:
+        wait_for(lambda: any(r["event"] == "start" for r in runs(tmp_path)), 20, "the drain ran")
+        proxy.down()  # cut, and no reconnect gets through
+        cut = time.time()
+        requeued = db.run("gc", "--stalled", "--requeue")
+        assert requeued.exit_code == 0, requeued.output
+        assert "requeued 1" in requeued.output, requeued.output
+        again = db.run(
+            "drain", "-q", "jobs", "--wait", "--max-seconds", str(GRACE + 2),
+            "--handler", "tests.jobs:record_time",
+            env={"MQ_TEST_LOG": str(tmp_path / "again.jsonl")},
+        )  # fmt: skip
+        assert again.exit_code == 0, again.output
+        out, err = holder.communicate(timeout=40)
+    finally:
+        kill(holder)
+        proxy.close()
+    first = runs(tmp_path)
+    last_alive = max(r["at"] for r in first)
+    (second,) = [json.loads(line) for line in (tmp_path / "again.jsonl").read_text().splitlines()]
+    assert not any(r["event"] == "end" for r in first)
+    assert last_alive < second["t"], "the first run was still going when the second started"
+    assert last_alive - cut < FENCE + 1.0
+    assert holder.returncode == 3, err
+    assert b"gc --stalled" in err and b"Traceback" not in err
+
+
+@pytest.mark.parametrize("db", ["mysql", "postgres"], indirect=True)
+def test_a_drain_whose_connection_is_cut_takes_its_lock_back_and_finishes(db, tmp_path):
+    """A cut that heals at once is no death: gc meanwhile leaves the message alone,
+    and the drain finishes it (exit 0), run once."""
+    config(tmp_path)
+    settings = parse_database_url(db.url)
+    proxy = Proxy((settings.host, settings.port))
+    scheme, user = ("postgresql", "postgres") if db.kind == "postgres" else ("mysql", "root")
+    proxied = f"{scheme}://{settings.user or user}@127.0.0.1:{proxy.port}/{settings.database}"
+    result = db.run("enqueue", "-q", "jobs", input=json.dumps({"k": "m0", "sleep": 4}))
+    assert result.exit_code == 0, result.output
+    holder = db.spawn(
+        "drain", "-q", "jobs",
+        env=db.env(MQ_TEST_LOG=str(tmp_path / LOG), MQ_DATABASE_URL=proxied),
+    )  # fmt: skip
+    try:
+        wait_for(lambda: any(r["event"] == "start" for r in runs(tmp_path)), 20, "the drain ran")
+        proxy.cut()
+        requeued = db.run("gc", "--stalled", "--requeue", "--json")
+        assert requeued.exit_code == 0, requeued.output
+        assert json.loads(requeued.stdout) == []
+        out, err = holder.communicate(timeout=40)
+    finally:
+        kill(holder)
+        proxy.close()
+    assert holder.returncode == 0, err
+    assert [r["event"] for r in runs(tmp_path)].count("end") == 1
+    assert db.sql("SELECT COUNT(*) FROM mq_messages") == [(0,)]
