@@ -141,6 +141,7 @@ def test_a_live_drain_with_its_running_message(db, tmp_path):
         assert live["pid"] == proc.pid and live["queue"] == "slow"
         assert live["state"] == "live" and live["held"] == 2
         assert live["running"]["id"] == ident and live["running"]["seconds"] >= 1
+        assert live["seconds"] >= live["running"]["seconds"]
         shown = db.run("status").stdout
         assert f"#{ident} for" in shown and f":{proc.pid}" in shown
     finally:
