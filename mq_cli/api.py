@@ -20,6 +20,7 @@ from .models import ByIdResult, GcReport, Listing, Message, QueueStats
 
 if TYPE_CHECKING:  # imported where used: a producer's start does not pay for the drain's
     from .drain_types import DrainOptions, DrainReport
+    from .status import Status, Throughput
 
 # A batch is committed when it holds this many messages or this many bytes.
 BATCH_MESSAGES = 1000
@@ -254,6 +255,29 @@ class MQ:
         for name in set(paused) & set(result):
             result[name].paused = True
         return result
+
+    def status(self, queue: str | None = None) -> Status:
+        """Live drains, recent runs and per-queue throughput from the run log (`mq status`)."""
+        if queue is not None:
+            validate_queue_name(queue)
+        from .status import read
+
+        return read(self, self._reader, queue)
+
+    def status_page(self, status: Status) -> str:
+        """`mq status --html`'s page for ``status``; records a backlog sample per queue."""
+        from . import status_html
+
+        return status_html.render(status_html.gather(self, self._reader, status))
+
+    def run_log_figures(self) -> tuple[dict[str, tuple[int, int]], dict[str, Throughput]]:
+        """({queue: (done, failed)} over the retained run log, {queue: the last hour})."""
+        from .status import hour_by_queue
+
+        reader = self._reader
+        if reader.runlog_missing():
+            return {}, {}  # `mq status` and `mq check` say to run `mq init`
+        return reader.rollup_totals(), hour_by_queue(reader, reader.now().timestamp())
 
     def pause(self, queue: str) -> bool:
         """Drains on every host skip ``queue`` until :meth:`resume`; enqueue still works.

@@ -55,6 +55,7 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
             schema = _schema(backend, config.table)
             results.append(schema)
             if schema.ok:
+                results.append(_run_log(backend, config.run_log_retention))
                 results += _writable(backend)
                 try:
                     results += [Check(*found) for found in backend.health()]
@@ -171,6 +172,26 @@ def _schema(backend: Backend, table: str) -> Check:
     if found:
         return Check("schema", False, "; ".join(found))
     return Check("schema", True, f"table {table}, version {version}")
+
+
+def _run_log(backend: Backend, retention: float) -> Check:
+    """The run log's tables (`mq status`): without them drains work but record nothing."""
+    from .durations import format_duration
+
+    try:
+        missing = backend.runlog_missing()
+    except MqError as exc:
+        return Check("run log", False, str(exc))
+    if missing:
+        return Check(
+            "run log", True,
+            f"table(s) {', '.join(missing)} missing: drains record nothing and `mq status` "
+            "fails; run `mq init`",
+            warn=True,
+        )  # fmt: skip
+    if retention <= 0:
+        return Check("run log", True, "off (run_log_retention: 0)", warn=True)
+    return Check("run log", True, f"kept for {format_duration(retention)}")
 
 
 def _writable(backend: Backend) -> list[Check]:

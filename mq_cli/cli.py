@@ -532,6 +532,10 @@ class DrainCounter:
 def stats(state: State, queue: str | None, as_json: bool, prometheus_file: str | None) -> None:
     """Counts per queue: ready, delayed, processing, stalled, failed, oldest ready age.
 
+    --prometheus adds, from the run log (see `mq status`), the counters
+    mq_succeeded_total and mq_failed_total (over the retained history) and the
+    summaries mq_wait_seconds and mq_duration_seconds (the last hour).
+
     \b
     Example:  mq stats
               mq stats -q thumbnails --json
@@ -542,8 +546,12 @@ def stats(state: State, queue: str | None, as_json: bool, prometheus_file: str |
     if prometheus_file:
         from . import prometheus
 
+        totals, hour = state.mq.run_log_figures()
+        if queue is not None:
+            totals = {queue: totals.get(queue, (0, 0))}
+            hour = {name: hour[name] for name in hour if name == queue}
         try:
-            prometheus.write(prometheus_file, prometheus.render(result))
+            prometheus.write(prometheus_file, prometheus.render(result, None, totals, hour))
         except OSError as exc:
             raise click.FileError(prometheus_file, exc.strerror) from None
         if not as_json:
@@ -561,6 +569,56 @@ def stats(state: State, queue: str | None, as_json: bool, prometheus_file: str |
         for name, s in result.items()
     ]  # fmt: skip
     click.echo(_table(headers, rows))
+
+
+# -- status -----------------------------------------------------------------
+
+
+@cli.command()
+@queue_option()
+@json_option
+@click.option(
+    "--html", "html_file", metavar="FILE",
+    help="Write one self-contained HTML page to FILE (atomically) and print nothing else "
+    "(unless --json).",
+)  # fmt: skip
+@pass_state
+def status(state: State, queue: str | None, as_json: bool, html_file: str | None) -> None:
+    """What runs now and how the queues fare: live drains, recent runs, throughput.
+
+    From the run log every drain keeps (see README, "The run log"): each live
+    drain (host:pid, queue, the message it runs now and for how long, the
+    messages it holds), per queue the messages done and failed in the last
+    minute and hour with wait and run time (p50/p95 over the last hour), the
+    counts of `mq stats`, and the last runs of each queue.
+
+    --html writes a page with the same and the failed and stalled messages
+    with their last error, and plots of throughput and backlog over the run
+    log's history (each write records a backlog sample for them).
+
+    \b
+    Example:  mq status
+              mq status -q mail --json
+    Example (crontab: a page for the web server, fresh every minute):
+      * * * * *  /opt/mq/bin/mq status --html /var/www/html/mq/index.html
+    """
+    from .status import text
+
+    result = state.mq.status(queue)
+    if html_file:
+        from . import status_html
+
+        page = state.mq.status_page(result)
+        try:
+            status_html.write(html_file, page)
+        except OSError as exc:
+            raise click.FileError(html_file, exc.strerror) from None
+        if not as_json:
+            return
+    if as_json:
+        click.echo(json.dumps(result.to_json()))
+        return
+    click.echo(text(result))
 
 
 @cli.command()

@@ -107,7 +107,7 @@ QUEUE_KEYS: dict[str, Any] = {
     "on_stalled": _handler,
     "on_failed": _handler,
 }
-TOP_KEYS = ("database", "table", "lock_dir", "defaults", "queues")
+TOP_KEYS = ("database", "table", "lock_dir", "run_log_retention", "defaults", "queues")
 DATABASE_KEYS = (
     "url", "kind", "host", "port", "user", "database", "unix_socket",
     "password", "password_file", "password_env", "ssl", "sslmode", "connect_timeout",
@@ -126,6 +126,8 @@ class Config:
     database: DatabaseSettings
     table: str = "mq_messages"
     lock_dir: str = ""
+    #: how long the run log (mq status) keeps drain runs; 0: drains record nothing
+    run_log_retention: float = 7 * 86400.0
     defaults: QueueConfig = field(default_factory=QueueConfig)
     queues: dict[str, QueueConfig] = field(default_factory=dict)
     source: str | None = None  # the file it came from, if any
@@ -447,6 +449,12 @@ def load_config(config_path: str | None = None, database_url: str | None = None)
     if not isinstance(lock_dir, str):
         raise doc.error(("lock_dir",), "expected a directory path")
 
+    retention = 7 * 86400.0
+    if data.get("run_log_retention") is not None:
+        try:
+            retention = parse_duration(data["run_log_retention"])
+        except ValueError as exc:
+            raise doc.error(("run_log_retention",), str(exc)) from None
     defaults = _queue_settings(data.get("defaults"), ("defaults",), QueueConfig(), doc)
     raw_queues = data.get("queues") or {}
     if not isinstance(raw_queues, dict):
@@ -463,6 +471,7 @@ def load_config(config_path: str | None = None, database_url: str | None = None)
         database=database,
         table=table,
         lock_dir=os.path.expanduser(lock_dir),
+        run_log_retention=retention,
         defaults=defaults,
         queues=queues,
         source=source,

@@ -14,13 +14,14 @@ import random
 import secrets
 import signal
 import socket
+import sys
 import time
 from collections.abc import Callable
 from contextlib import closing
 from types import FrameType
 from typing import Any
 
-from . import clock, handlers, liveness, render, slots, wakeup
+from . import clock, handlers, liveness, render, runlog, slots, wakeup
 from .backends.base import Backend
 from .config import Config, QueueConfig
 from .drain_types import DrainOptions, DrainReport
@@ -69,6 +70,7 @@ class Drain:
         self.watchdog: liveness.Watchdog | None = None
         self._take_back_due = False  # reconnected: the lock first, then anything else
         self._suspects: dict[str, float] = {}  # owner -> since when its lock is free
+        self.runlog = runlog.RunLog(config, lambda: self.backend, lambda: self.owner, self.report)
 
     # -- setup --------------------------------------------------------------
 
@@ -104,6 +106,7 @@ class Drain:
     def run(self) -> DrainReport:
         plan = self.plan()
         started = time.monotonic()
+        self.runlog.queues = [queue.name for queue, _ in plan]
         self.deadline = started + self.options.max_seconds if self.options.max_seconds else None
         previous = {
             sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
@@ -142,6 +145,7 @@ class Drain:
             if self._file_lock is not None:
                 self._file_lock.release()
             self.report.seconds = time.monotonic() - started
+            self.runlog.end(sys.exc_info()[1])
         return self.report
 
     def _take_liveness(self) -> None:
@@ -277,6 +281,7 @@ class Drain:
         an enqueue on this host ends the wait at once."""
         if self.deadline is not None:
             pause = min(pause, max(self.deadline - time.monotonic(), 0.0))
+        self.runlog.tick()
         if waiter is None:
             time.sleep(pause)
         elif waiter.wait(pause):
@@ -324,6 +329,7 @@ class Drain:
                 self._heartbeat()
             elif fenced and time.monotonic() - self.last_proof >= liveness.PROBE_EVERY:
                 self._db(lambda b: b.probe())
+            self.runlog.tick()
 
         def admit(index: int) -> bool:
             if time.monotonic() >= self.lease_until:
@@ -345,6 +351,7 @@ class Drain:
             (m.payload or b"", handlers.MessageInfo(m.id, m.queue, m.error_count, m.created_at))
             for m in batch
         ]
+        self.runlog.batch(batch)
         results = runner.run_many(jobs, admit, queue.timeout or None, tick, tick_every, not_after)
         if self.watchdog is not None:
             self.watchdog.arm()
@@ -413,6 +420,7 @@ class Drain:
             message = batch[index]
             if self.watchdog is not None and self.watchdog.fired:
                 raise SessionLost(self._session_lost_text("no proof of it"))
+            self.runlog.outcome(message, outcome)
             if not outcome.started:
                 if message.id not in self.held:
                     # Lost while this drain was paused (SIGSTOP, a frozen VM, a cut

@@ -146,3 +146,40 @@ class GcReport:
     @property
     def notify_failed(self) -> bool:
         return any(q.notify_error for q in self.queues)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One drain run as the run log holds it (times: Unix seconds, the database's clock)."""
+
+    id: int
+    owner: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    queue: str | None  # the queue it works on now (or last)
+    started_at: float
+    seen_at: float
+    ended_at: float | None
+    claimed: int
+    succeeded: int
+    failed: int
+    returned: int
+    exit_code: int | None
+    running_id: int | None
+    running_since: float | None
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One run's results on one queue over a stretch of time (the run log's rollup)."""
+
+    queue: str
+    start: float
+    end: float
+    done: int
+    failed: int
+    wait_sum: float
+    duration_sum: float
+    wait_hist: str
+    duration_hist: str

@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from typing import TYPE_CHECKING
 
 from .models import QueueStats
+
+if TYPE_CHECKING:
+    from .status import Throughput
 
 STATES = ("ready", "delayed", "processing", "stalled", "failed")
 
@@ -15,7 +19,14 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def render(stats: dict[str, QueueStats], now: float | None = None) -> str:
+def render(
+    stats: dict[str, QueueStats],
+    now: float | None = None,
+    totals: dict[str, tuple[int, int]] | None = None,
+    hour: dict[str, Throughput] | None = None,
+) -> str:
+    """The gauges of ``stats``; with the run log's ``totals`` and last ``hour``, its
+    counters and wait/duration summaries too."""
     lines = [
         "# HELP mq_messages Messages in the queue, by state (the states do not overlap).",
         "# TYPE mq_messages gauge",
@@ -37,12 +48,52 @@ def render(stats: dict[str, QueueStats], now: float | None = None) -> str:
     ]
     for queue, s in stats.items():
         lines.append(f'mq_paused{{queue="{_label(queue)}"}} {int(s.paused)}')
+    if totals is not None:
+        lines += _counters(totals)
+    if hour is not None:
+        lines += _summaries(hour)
     lines += [
         "# HELP mq_stats_timestamp_seconds When these figures were read (Unix time).",
         "# TYPE mq_stats_timestamp_seconds gauge",
         f"mq_stats_timestamp_seconds {now if now is not None else time.time():.3f}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _counters(totals: dict[str, tuple[int, int]]) -> list[str]:
+    lines = []
+    for index, (name, what) in enumerate((("succeeded", "succeeded"), ("failed", "failed"))):
+        lines += [
+            f"# HELP mq_{name}_total Messages that {what} (handler runs), over the run log's "
+            "retained history (run_log_retention): it drops when old runs are deleted.",
+            f"# TYPE mq_{name}_total counter",
+        ]
+        for queue, counts in totals.items():
+            lines.append(f'mq_{name}_total{{queue="{_label(queue)}"}} {counts[index]}')
+    return lines
+
+
+def _summaries(hour: dict[str, Throughput]) -> list[str]:
+    from .status import QUANTILES
+
+    lines = []
+    for name, what in (("wait", "from available to handler start"), ("duration", "handler")):
+        metric = f"mq_{name}_seconds"
+        lines += [
+            f"# HELP {metric} Seconds {what}, over the last hour (run log; buckets ~12 %).",
+            f"# TYPE {metric} summary",
+        ]
+        for queue, figures in hour.items():
+            histogram = figures.wait if name == "wait" else figures.duration
+            label = f'queue="{_label(queue)}"'
+            for q in QUANTILES:
+                value = histogram.quantile(q)
+                shown = "NaN" if value is None else f"{value:.6f}"
+                lines.append(f'{metric}{{{label},quantile="{q}"}} {shown}')
+            total = figures.wait_sum if name == "wait" else figures.duration_sum
+            lines.append(f"{metric}_sum{{{label}}} {total:.6f}")
+            lines.append(f"{metric}_count{{{label}}} {histogram.total}")
+    return lines
 
 
 def write(path: str, text: str) -> None:

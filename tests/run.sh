@@ -2,7 +2,7 @@
 # The whole test suite, on a fresh machine too: a virtualenv with mq and its
 # test tools (.venv), a running MariaDB (tests/mariadb.sh) and PostgreSQL
 # (tests/postgres.sh), libfaketime
-# (tests/faketime.sh), then pytest.
+# (tests/faketime.sh), headless Chromium (tests/chromium.sh), then pytest.
 # Extra arguments go to pytest, e.g. `tests/run.sh -k drain -x`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,4 +13,5 @@ python=${PYTHON:-python3}
 bash tests/mariadb.sh
 bash tests/postgres.sh
 bash tests/faketime.sh
+bash tests/chromium.sh
 exec .venv/bin/python -m pytest "$@"

@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from functools import cache
 from typing import TYPE_CHECKING
 
 from .. import SCHEMA_VERSION
-from ..models import ByIdResult, Message, QueueStats
+from ..models import ByIdResult, Message, QueueStats, Run, Slice
 
 if TYPE_CHECKING:
     from .schema import Shape
@@ -67,6 +67,9 @@ class Backend(ABC):
     @abstractmethod
     def ddl(self) -> list[str]:
         """The statements `mq init` runs (and `--print-sql` prints)."""
+
+    #: the named statements that create the run log's tables (`mq init`)
+    runlog_ddl: tuple[str, ...] = ()
 
     #: columns of this dialect's table beyond schema.COLUMNS
     extra_columns: tuple[str, ...] = ()
@@ -341,6 +344,66 @@ class Backend(ABC):
     def set_paused(self, queue: str, paused: bool) -> bool:
         """Pause or resume ``queue`` for every host; False when it already was so."""
 
+    # -- the run log (mq_cli/runlog.py; times: Unix seconds, the database's clock) --
+
+    @abstractmethod
+    def runlog_missing(self) -> list[str]:
+        """The run log's tables that do not exist."""
+
+    @abstractmethod
+    def run_start(
+        self, owner: str, host: str, pid: int, queues: Sequence[str], queue: str, at: float
+    ) -> int:
+        """Record a drain run that started ``at``; its id."""
+
+    @abstractmethod
+    def run_update(
+        self,
+        run_id: int,
+        seen_at: float,
+        queue: str | None,
+        counts: tuple[int, int, int, int],
+        running: tuple[int | None, float | None] = (None, None),
+        ended: tuple[float, int] | None = None,
+    ) -> None:
+        """A run's counts (claimed, succeeded, failed, returned), the message it runs
+        now (id, since), and when it ended with which exit code."""
+
+    @abstractmethod
+    def rollup_add(self, rows: Sequence[tuple[object, ...]]) -> None:
+        """Store slices: (run_id, queue, start, end, done, failed, backlog, wait_sum,
+        duration_sum, wait_hist, duration_hist), in one transaction."""
+
+    @abstractmethod
+    def runlog_purge(self, before: float) -> int:
+        """Delete a bounded number of runs and slices older than ``before``; how many."""
+
+    @abstractmethod
+    def runs_live(self, seen_after: float) -> list[Run]:
+        """Runs not ended and seen since ``seen_after``, oldest first."""
+
+    @abstractmethod
+    def runs_recent(self, limit: int) -> list[Run]:
+        """The last ``limit`` runs, newest first."""
+
+    @abstractmethod
+    def rollup_since(self, since: float) -> list[Slice]:
+        """The slices (not backlog samples) that ended at or after ``since``."""
+
+    @abstractmethod
+    def rollup_totals(self) -> dict[str, tuple[int, int]]:
+        """{queue: (done, failed)} over the whole retained history."""
+
+    @abstractmethod
+    def rollup_series(
+        self, step: float, since: float
+    ) -> dict[str, list[tuple[float, int, int, int | None]]]:
+        """{queue: [(step start, done, failed, largest backlog sampled or None)]} since ``since``."""
+
+    @abstractmethod
+    def held_by_owner(self, queues: Iterable[str]) -> dict[str, int]:
+        """{owner: how many processing messages it holds} on ``queues``."""
+
     def reconnect(self) -> None:  # noqa: B027 - SQLite has nothing to reconnect
         """Open a fresh connection after a lost one (a server connection: MySQL, PostgreSQL)."""
 
@@ -361,6 +424,8 @@ __all__ = [
     "ByIdResult",
     "Message",
     "QueueStats",
+    "Run",
+    "Slice",
     "load_queries",
     "placeholders",
 ]

@@ -115,6 +115,9 @@ class ServerInfo:
 class MysqlBackend(SqlBackend):
     kind = dialect = "mysql"
     driver_errors = (pymysql.MySQLError, OSError)
+    #: the run log's indexes are part of its CREATE TABLEs (MySQL has no CREATE INDEX IF NOT EXISTS)
+    runlog_ddl = ("create_runs", "create_rollup")
+    ddl_names = ("create_table", "create_meta", *runlog_ddl)
 
     def __init__(self, settings: DatabaseSettings, table: str, *, create: bool = False):
         self.settings = settings

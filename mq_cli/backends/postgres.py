@@ -92,7 +92,10 @@ def _text(exc: BaseException) -> str:
 
 class PostgresBackend(SqlBackend):
     kind = dialect = "postgres"
-    ddl_names = ("create_table", "create_claim_index", "create_unique_index", "create_meta")
+    ddl_names = (
+        "create_table", "create_claim_index", "create_unique_index", "create_meta",
+        *SqlBackend.runlog_ddl,
+    )  # fmt: skip
     #: bytea holds up to 1 GB; payloads travel as binary parameters (no escaping)
     max_payload = 1_000_000_000 - 1024
 

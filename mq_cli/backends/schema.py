@@ -18,6 +18,10 @@ Schema versions:
   included, so (queue, NULL) made every write of a queue conflict with every
   concurrent write from another node. SQLite is unchanged. PostgreSQL
   tables start at this version.
+- 3: the run log: tables ``{table}_runs`` and ``{table}_rollup``
+  (mq_cli/runlog.py); the queue table is unchanged. A drain never fails for
+  want of them, so :func:`problems` does not look for them; `mq init` restores
+  them.
 
 A migration step ``n`` takes a table from version n to n + 1; after the steps,
 :func:`migrate` restores any missing column or index, then records the version.
@@ -77,7 +81,7 @@ def problems(backend: Backend, shape: Shape | None = None) -> list[str]:
     if version < SCHEMA_VERSION:
         found.append(
             f"schema version {version} is older than this mq ({SCHEMA_VERSION}): "
-            "run `mq init` to migrate"
+            f"run `mq init` to migrate ({'; '.join(PENDING[v] for v in range(version, SCHEMA_VERSION))})"
         )
     for column in COLUMNS + backend.extra_columns:
         if column not in shape.columns:
@@ -130,8 +134,26 @@ def _step_1(backend: Backend) -> list[str]:
     return done  # _repair adds the index over unique_slot
 
 
+def _step_2(backend: Backend) -> list[str]:
+    """2 -> 3: the run log's tables."""
+    return _create_runlog(backend, "created")
+
+
+def _create_runlog(backend: Backend, verb: str) -> list[str]:
+    missing = backend.runlog_missing()
+    for name in backend.runlog_ddl:
+        backend.run_schema(name)
+    return [f"{verb} table {name} (the run log: mq status)" for name in missing]
+
+
 #: STEPS[n] takes a version-n table to version n + 1
-STEPS: dict[int, Callable[[Backend], list[str]]] = {0: _step_0, 1: _step_1}
+STEPS: dict[int, Callable[[Backend], list[str]]] = {0: _step_0, 1: _step_1, 2: _step_2}
+#: what STEPS[n] changes, as `mq init`'s hint says it
+PENDING = {
+    0: "records the schema version",
+    1: "MySQL: moves the unique-key index",
+    2: "adds the run log's tables, for mq status",
+}
 
 
 def migrate(backend: Backend) -> list[str]:
@@ -168,7 +190,7 @@ def _repair(backend: Backend, shape: Shape) -> list[str]:
         raise DatabaseError(
             f"table {backend.table} has lost column(s) {', '.join(lost)}: {_repair_hint(lost[0])}"
         )
-    done = []
+    done = _create_runlog(backend, "restored") if backend.runlog_missing() else []
     for column in COLUMNS + backend.extra_columns:
         if column not in shape.columns:
             backend.run_schema(f"add_column_{column}")

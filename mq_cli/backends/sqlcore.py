@@ -24,6 +24,7 @@ from ..liveness import GRACE
 from ..models import Message, QueueStats
 from .base import load_queries, placeholders
 from .sqlops import SqlOperate, as_text
+from .sqlrunlog import SqlRunLog
 
 if TYPE_CHECKING:
     from .schema import Shape
@@ -151,7 +152,7 @@ def chunks(
         yield chunk
 
 
-class SqlBackend(SqlOperate):
+class SqlBackend(SqlOperate, SqlRunLog):
     """The shared body of every SQL backend; a dialect subclasses it."""
 
     #: the dialect's name: its sql/<dialect>.sql and its ``kind``

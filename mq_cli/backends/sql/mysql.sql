@@ -454,3 +454,94 @@ SELECT owner, COUNT(*),
        SUM(heartbeat_at < TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6)))
 FROM `{table}` WHERE queue = %s AND status = 'processing'
 GROUP BY owner
+
+-- The run log (mq_cli/runlog.py): one row per drain run, one per run, queue
+-- and time slice of its results. Its times are Unix seconds of the database's
+-- clock (DOUBLE), as the drain measured them; wait and duration histograms are
+-- text (runlog.Histogram).
+
+-- name: create_runs
+CREATE TABLE IF NOT EXISTS `{table}_runs` (
+  id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  owner VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  host VARCHAR(255) NOT NULL,
+  pid INT NOT NULL,
+  queues TEXT NOT NULL,
+  queue VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL,
+  started_at DOUBLE NOT NULL,
+  seen_at DOUBLE NOT NULL,
+  ended_at DOUBLE,
+  claimed INT NOT NULL DEFAULT 0,
+  succeeded INT NOT NULL DEFAULT 0,
+  failed INT NOT NULL DEFAULT 0,
+  returned INT NOT NULL DEFAULT 0,
+  exit_code INT,
+  running_id BIGINT UNSIGNED,
+  running_since DOUBLE,
+  KEY seen_at (seen_at)
+) ENGINE=InnoDB
+
+-- name: create_rollup
+CREATE TABLE IF NOT EXISTS `{table}_rollup` (
+  id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  run_id BIGINT UNSIGNED,
+  queue VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  slice_start DOUBLE NOT NULL,
+  slice_end DOUBLE NOT NULL,
+  done INT NOT NULL DEFAULT 0,
+  failed INT NOT NULL DEFAULT 0,
+  backlog INT,
+  wait_sum DOUBLE NOT NULL DEFAULT 0,
+  duration_sum DOUBLE NOT NULL DEFAULT 0,
+  wait_hist VARCHAR(2000) CHARACTER SET ascii NOT NULL DEFAULT '',
+  duration_hist VARCHAR(2000) CHARACTER SET ascii NOT NULL DEFAULT '',
+  KEY slice_end (slice_end)
+) ENGINE=InnoDB
+
+-- name: runs_insert
+INSERT INTO `{table}_runs` (owner, host, pid, queues, queue, started_at, seen_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s)
+
+-- name: runs_update
+UPDATE `{table}_runs`
+SET seen_at = %s, ended_at = %s, exit_code = %s, queue = %s, claimed = %s, succeeded = %s,
+    failed = %s, returned = %s, running_id = %s, running_since = %s
+WHERE id = %s
+
+-- name: rollup_insert
+INSERT INTO `{table}_rollup` (run_id, queue, slice_start, slice_end, done, failed, backlog,
+                              wait_sum, duration_sum, wait_hist, duration_hist)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+
+-- name: runs_purge
+DELETE FROM `{table}_runs` WHERE seen_at < %s LIMIT 1000
+
+-- name: rollup_purge
+DELETE FROM `{table}_rollup` WHERE slice_end < %s LIMIT 1000
+
+-- name: runs_live
+SELECT id, owner, host, pid, queues, queue, started_at, seen_at, ended_at, claimed, succeeded,
+       failed, returned, exit_code, running_id, running_since
+FROM `{table}_runs` WHERE ended_at IS NULL AND seen_at >= %s ORDER BY started_at, id
+
+-- name: runs_recent
+SELECT id, owner, host, pid, queues, queue, started_at, seen_at, ended_at, claimed, succeeded,
+       failed, returned, exit_code, running_id, running_since
+FROM `{table}_runs` ORDER BY id DESC LIMIT %s
+
+-- name: rollup_since
+SELECT queue, slice_start, slice_end, done, failed, wait_sum, duration_sum, wait_hist,
+       duration_hist
+FROM `{table}_rollup` WHERE slice_end >= %s AND backlog IS NULL
+
+-- name: rollup_totals
+SELECT queue, SUM(done), SUM(failed) FROM `{table}_rollup` GROUP BY queue ORDER BY queue
+
+-- name: rollup_series
+-- Per queue and step of %s seconds: done, failed, the largest backlog sampled.
+SELECT queue, FLOOR(slice_end / %s) AS step, SUM(done), SUM(failed), MAX(backlog)
+FROM `{table}_rollup` WHERE slice_end >= %s
+GROUP BY queue, step ORDER BY queue, step
+
+-- name: held_by_owner
+SELECT owner, COUNT(*) FROM `{table}` WHERE queue = %s AND status = 'processing' GROUP BY owner

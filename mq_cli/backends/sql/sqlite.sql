@@ -375,3 +375,102 @@ SELECT owner, COUNT(*),
        SUM(heartbeat_at < strftime('%Y-%m-%d %H:%M:%f', 'now', ?))
 FROM "{table}" WHERE queue = ? AND status = 'processing'
 GROUP BY owner
+
+-- The run log (mq_cli/runlog.py): one row per drain run, one per run, queue
+-- and time slice of its results. Its times are Unix seconds of the database's
+-- clock (REAL), as the drain measured them; wait and duration histograms are
+-- text (runlog.Histogram).
+
+-- name: create_runs
+CREATE TABLE IF NOT EXISTS "{table}_runs" (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  owner TEXT NOT NULL,
+  host TEXT NOT NULL,
+  pid INTEGER NOT NULL,
+  queues TEXT NOT NULL,
+  queue TEXT,
+  started_at REAL NOT NULL,
+  seen_at REAL NOT NULL,
+  ended_at REAL,
+  claimed INTEGER NOT NULL DEFAULT 0,
+  succeeded INTEGER NOT NULL DEFAULT 0,
+  failed INTEGER NOT NULL DEFAULT 0,
+  returned INTEGER NOT NULL DEFAULT 0,
+  exit_code INTEGER,
+  running_id INTEGER,
+  running_since REAL
+)
+
+-- name: create_runs_index
+CREATE INDEX IF NOT EXISTS "{table}_ru_at" ON "{table}_runs" (seen_at)
+
+-- name: create_rollup
+CREATE TABLE IF NOT EXISTS "{table}_rollup" (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  run_id INTEGER,
+  queue TEXT NOT NULL,
+  slice_start REAL NOT NULL,
+  slice_end REAL NOT NULL,
+  done INTEGER NOT NULL DEFAULT 0,
+  failed INTEGER NOT NULL DEFAULT 0,
+  backlog INTEGER,
+  wait_sum REAL NOT NULL DEFAULT 0,
+  duration_sum REAL NOT NULL DEFAULT 0,
+  wait_hist TEXT NOT NULL DEFAULT '',
+  duration_hist TEXT NOT NULL DEFAULT ''
+)
+
+-- name: create_rollup_index
+CREATE INDEX IF NOT EXISTS "{table}_ro_end" ON "{table}_rollup" (slice_end)
+
+-- name: runs_insert
+INSERT INTO "{table}_runs" (owner, host, pid, queues, queue, started_at, seen_at)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+
+-- name: runs_update
+UPDATE "{table}_runs"
+SET seen_at = ?, ended_at = ?, exit_code = ?, queue = ?, claimed = ?, succeeded = ?,
+    failed = ?, returned = ?, running_id = ?, running_since = ?
+WHERE id = ?
+
+-- name: rollup_insert
+INSERT INTO "{table}_rollup" (run_id, queue, slice_start, slice_end, done, failed, backlog,
+                              wait_sum, duration_sum, wait_hist, duration_hist)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+
+-- name: runs_purge
+DELETE FROM "{table}_runs" WHERE id IN (
+  SELECT id FROM "{table}_runs" WHERE seen_at < ? LIMIT 1000
+)
+
+-- name: rollup_purge
+DELETE FROM "{table}_rollup" WHERE id IN (
+  SELECT id FROM "{table}_rollup" WHERE slice_end < ? LIMIT 1000
+)
+
+-- name: runs_live
+SELECT id, owner, host, pid, queues, queue, started_at, seen_at, ended_at, claimed, succeeded,
+       failed, returned, exit_code, running_id, running_since
+FROM "{table}_runs" WHERE ended_at IS NULL AND seen_at >= ? ORDER BY started_at, id
+
+-- name: runs_recent
+SELECT id, owner, host, pid, queues, queue, started_at, seen_at, ended_at, claimed, succeeded,
+       failed, returned, exit_code, running_id, running_since
+FROM "{table}_runs" ORDER BY id DESC LIMIT ?
+
+-- name: rollup_since
+SELECT queue, slice_start, slice_end, done, failed, wait_sum, duration_sum, wait_hist,
+       duration_hist
+FROM "{table}_rollup" WHERE slice_end >= ? AND backlog IS NULL
+
+-- name: rollup_totals
+SELECT queue, SUM(done), SUM(failed) FROM "{table}_rollup" GROUP BY queue ORDER BY queue
+
+-- name: rollup_series
+-- Per queue and step of ? seconds: done, failed, the largest backlog sampled.
+SELECT queue, CAST(slice_end / ? AS INTEGER) AS step, SUM(done), SUM(failed), MAX(backlog)
+FROM "{table}_rollup" WHERE slice_end >= ?
+GROUP BY queue, step ORDER BY queue, step
+
+-- name: held_by_owner
+SELECT owner, COUNT(*) FROM "{table}" WHERE queue = ? AND status = 'processing' GROUP BY owner

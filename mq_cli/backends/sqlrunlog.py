@@ -1,0 +1,139 @@
+"""The run log's statements for every SQL backend (mq_cli/runlog.py decides what they mean).
+
+A mixin of :class:`~mq_cli.backends.sqlcore.SqlBackend`, like sqlops.py. The
+tables are ``{table}_runs`` (one row per drain run) and ``{table}_rollup``
+(per run, queue and time slice: counts and histograms); their statements are
+in sql/<dialect>.sql with the rest. Times are Unix seconds (floats) of the
+database's clock, as the drain measured them.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..models import Run, Slice
+from .base import Backend
+
+if TYPE_CHECKING:
+    from .sqlcore import Tx
+
+T = TypeVar("T")
+
+
+class SqlRunLog(Backend):
+    """Run-log reads and writes over the plumbing SqlBackend provides."""
+
+    _sql: dict[str, str]
+    #: the run log's DDL (named blocks), for `mq init` and the migration to version 3
+    runlog_ddl: tuple[str, ...] = (
+        "create_runs", "create_runs_index", "create_rollup", "create_rollup_index",
+    )  # fmt: skip
+
+    if TYPE_CHECKING:
+
+        @abstractmethod
+        def _rows(self, sql: str, params: Sequence[object] = ()) -> list[Any]: ...
+
+        @abstractmethod
+        def _change(self, sql: str, params: Sequence[object]) -> int: ...
+
+        @abstractmethod
+        def _retried(self, run: Callable[[], T]) -> T: ...
+
+        @abstractmethod
+        def _transaction(self, body: Callable[[Tx], T]) -> T: ...
+
+        @abstractmethod
+        def _cursor(self) -> Any: ...
+
+    def runlog_missing(self) -> list[str]:
+        tables = (f"{self.table}_runs", f"{self.table}_rollup")
+        return [name for name in tables if not self._rows(self._sql["table_columns"], (name,))]
+
+    def run_start(
+        self, owner: str, host: str, pid: int, queues: Sequence[str], queue: str, at: float
+    ) -> int:
+        from .sqlcore import Tx
+
+        params = (owner, host[:255], pid, ",".join(queues), queue, at, at)
+        ident = self._retried(lambda: Tx(self._cursor()).insert(self._sql["runs_insert"], params))
+        assert ident is not None
+        return ident
+
+    def run_update(
+        self,
+        run_id: int,
+        seen_at: float,
+        queue: str | None,
+        counts: tuple[int, int, int, int],
+        running: tuple[int | None, float | None] = (None, None),
+        ended: tuple[float, int] | None = None,
+    ) -> None:
+        ended_at, exit_code = ended if ended else (None, None)
+        params = (seen_at, ended_at, exit_code, queue, *counts, *running, run_id)
+        self._change(self._sql["runs_update"], params)
+
+    def rollup_add(self, rows: Sequence[tuple[object, ...]]) -> None:
+        def body(tx: Tx) -> None:
+            for row in rows:
+                tx.change(self._sql["rollup_insert"], row)
+
+        if rows:
+            self._transaction(body)
+
+    def runlog_purge(self, before: float) -> int:
+        deleted = self._change(self._sql["rollup_purge"], (before,))
+        return deleted + self._change(self._sql["runs_purge"], (before,))
+
+    def runs_live(self, seen_after: float) -> list[Run]:
+        return [_run(row) for row in self._rows(self._sql["runs_live"], (seen_after,))]
+
+    def runs_recent(self, limit: int) -> list[Run]:
+        return [_run(row) for row in self._rows(self._sql["runs_recent"], (limit,))]
+
+    def rollup_since(self, since: float) -> list[Slice]:
+        return [
+            Slice(str(r[0]), float(r[1]), float(r[2]), int(r[3]), int(r[4]), float(r[5]),
+                  float(r[6]), str(r[7] or ""), str(r[8] or ""))
+            for r in self._rows(self._sql["rollup_since"], (since,))
+        ]  # fmt: skip
+
+    def rollup_totals(self) -> dict[str, tuple[int, int]]:
+        rows = self._rows(self._sql["rollup_totals"])
+        return {str(q): (int(done or 0), int(failed or 0)) for q, done, failed in rows}
+
+    def rollup_series(
+        self, step: float, since: float
+    ) -> dict[str, list[tuple[float, int, int, int | None]]]:
+        found: dict[str, list[tuple[float, int, int, int | None]]] = {}
+        for queue, index, done, failed, backlog in self._rows(
+            self._sql["rollup_series"], (step, since)
+        ):
+            point = (int(index) * step, int(done or 0), int(failed or 0),
+                     None if backlog is None else int(backlog))  # fmt: skip
+            found.setdefault(str(queue), []).append(point)
+        return found
+
+    def held_by_owner(self, queues: Iterable[str]) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for queue in sorted(set(queues)):  # by queue: the claim index, not a table scan
+            for owner, count in self._rows(self._sql["held_by_owner"], (queue,)):
+                if owner:
+                    found[str(owner)] = found.get(str(owner), 0) + int(count)
+        return found
+
+
+def _run(row: Sequence[Any]) -> Run:
+    def number(value: Any) -> float | None:
+        return None if value is None else float(value)
+
+    return Run(
+        id=int(row[0]), owner=str(row[1]), host=str(row[2]), pid=int(row[3]),
+        queues=tuple(q for q in str(row[4]).split(",") if q), queue=row[5],
+        started_at=float(row[6]), seen_at=float(row[7]), ended_at=number(row[8]),
+        claimed=int(row[9]), succeeded=int(row[10]), failed=int(row[11]), returned=int(row[12]),
+        exit_code=None if row[13] is None else int(row[13]),
+        running_id=None if row[14] is None else int(row[14]), running_since=number(row[15]),
+    )  # fmt: skip
