@@ -313,6 +313,13 @@ class MQ:
 
         return operate.show(self._reader, ident)
 
+    def activity(self, message: Message) -> tuple[str, float | None] | None:
+        """A held message: ("running", seconds so far) or ("waiting", None) in its
+        drain's batch, as the run log tells; None when it cannot tell."""
+        from . import operate
+
+        return operate.show_activity(self._reader, message)
+
     # -- operating --------------------------------------------------------
 
     def gc(

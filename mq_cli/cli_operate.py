@@ -16,7 +16,7 @@ import click
 from .cli import Progress, State, _duration, cli, json_option, pass_state, queue_option
 
 if TYPE_CHECKING:
-    from .models import GcReport, Message
+    from .models import GcReport, Listing, Message
 
 # as models.STATUSES; written out so that `mq --help` need not import the models
 STATUSES = ("ready", "processing", "failed")
@@ -186,9 +186,7 @@ def list_(state: State, queue: str | None, status: str | None, limit: int, as_js
 
     listing = state.mq.list_messages(queue, status, limit)
     if as_json:
-        click.echo(
-            json.dumps([{**m.to_json(), "state": listing.states[m.id]} for m in listing.messages])
-        )
+        click.echo(json.dumps([_listed(m, listing) for m in listing.messages]))
     elif listing.messages:
         click.echo(render.list_table(listing))
     else:
@@ -196,6 +194,16 @@ def list_(state: State, queue: str | None, status: str | None, limit: int, as_js
         click.echo(f"no {status + ' ' if status else ''}messages {where}")
     if listing.more:
         click.echo(f"mq: showing the oldest {limit}; there are more (raise --limit)", err=True)
+
+
+def _listed(message: Message, listing: Listing) -> dict[str, object]:
+    activity, seconds = listing.activity.get(message.id, (None, None))
+    return {
+        **message.to_json(),
+        "state": listing.states[message.id],
+        "activity": activity,
+        "running_seconds": seconds,
+    }
 
 
 @cli.command()
@@ -216,10 +224,13 @@ def show(state: State, ident: int, as_json: bool) -> None:
     from . import render
 
     message = state.mq.show(ident)
+    activity = state.mq.activity(message)
     if as_json:
-        click.echo(json.dumps(message.to_json(with_payload=True)))
+        found = message.to_json(with_payload=True)
+        found["activity"], found["running_seconds"] = activity or (None, None)
+        click.echo(json.dumps(found))
     else:
-        click.echo(render.message_text(message, state.mq.now()))
+        click.echo(render.message_text(message, state.mq.now(), activity))
 
 
 # -- retry, delete, purge ---------------------------------------------------------------

@@ -111,6 +111,8 @@ class Listing:
     more: bool = False  # more messages matched than the limit allowed
     stalled_after: float = 3600.0  # the queue's, to tell stalled from live claims
     states: dict[int, str] = field(default_factory=dict)  # id -> one of STATES
+    #: processing messages of live drains: id -> ("running", seconds) or ("waiting", None)
+    activity: dict[int, tuple[str, float | None]] = field(default_factory=dict)
 
 
 @dataclass

@@ -315,6 +315,7 @@ def list_messages(
                     found.append(m)
     stalled_after = config.queue(queue).stalled_after if queue else 0.0
     kept = found[:limit]
+    live = [m for m in kept if states[m.id] == "processing"]
     return Listing(
         queue or "",
         now,
@@ -322,7 +323,36 @@ def list_messages(
         len(found) > limit,
         stalled_after,
         {m.id: states[m.id] for m in kept},
+        activities(backend, live, now),
     )
+
+
+def activities(
+    backend: Backend, messages: Sequence[Message], now: datetime
+) -> dict[int, tuple[str, float | None]]:
+    """Which of these held messages runs now (and for how long) and which waits in
+    its drain's batch, as the run log tells: a message shows as running once it
+    has run for a second (runlog.RUNNING_AFTER); until then, and where the run log
+    is missing, it is neither."""
+    from .runlog import LIVE_WITHIN
+
+    if not messages:
+        return {}
+    moment = now.timestamp()
+    try:
+        runs = {r.owner: r for r in backend.runs_live(moment - LIVE_WITHIN)}
+    except MqError:
+        return {}
+    found: dict[int, tuple[str, float | None]] = {}
+    for m in messages:
+        run = runs.get(m.owner or "")
+        if run is None or run.ended_at is not None or run.running_id is None:
+            continue
+        if run.running_id == m.id and run.running_since is not None:
+            found[m.id] = ("running", max(moment - run.running_since, 0.0))
+        else:
+            found[m.id] = ("waiting", None)
+    return found
 
 
 def _state(message: Message, now: datetime, stalled_after: float, dead: set[str]) -> str:
@@ -344,6 +374,13 @@ def show(backend: Backend, ident: int) -> Message:
             "`mq list -q QUEUE` shows what is there"
         )
     return message
+
+
+def show_activity(backend: Backend, message: Message) -> tuple[str, float | None] | None:
+    """For `mq show`: ("running", seconds) or ("waiting", None) for a held message."""
+    if message.status != "processing":
+        return None
+    return activities(backend, [message], backend.now()).get(message.id)
 
 
 # -- retry, delete, purge -------------------------------------------------------------

@@ -135,6 +135,10 @@ def list_rows(listing: Listing) -> list[list[str]]:
             "stalled" if is_stalled(m, now, listing.stalled_after) else m.status
         )
         status = "ready" if status == "delayed" else status  # AVAILABLE IN says when
+        doing = listing.activity.get(m.id)
+        if doing is not None:
+            kind, seconds = doing
+            status = f"running {format_duration(seconds)}" if seconds is not None else kind
         wait = (m.available_at - now).total_seconds()
         available = format_duration(wait) if m.status == "ready" and wait > 0 else "-"
         row = [str(m.id), status, str(m.priority), str(m.error_count), since(now, m.created_at),
@@ -178,7 +182,9 @@ def gc_table(kind: str) -> tuple[TableWriter, Callable[[list[Message], datetime]
 # -- mq show --------------------------------------------------------------------------
 
 
-def message_text(message: Message, now: datetime) -> str:
+def message_text(
+    message: Message, now: datetime, activity: tuple[str, float | None] | None = None
+) -> str:
     """Every field, last_error in full, then the payload as readably as it allows."""
 
     def when(moment: datetime | None) -> str:
@@ -191,7 +197,7 @@ def message_text(message: Message, now: datetime) -> str:
     fields = [
         ("id", str(message.id)),
         ("queue", printable(message.queue)),
-        ("status", message.status),
+        ("status", message.status + _activity_note(message, activity)),
         ("priority", str(message.priority)),
         ("error_count", str(message.error_count)),
         ("created_at", when(message.created_at)),
@@ -210,6 +216,16 @@ def message_text(message: Message, now: datetime) -> str:
     lines.append(f"payload ({len(message.payload or b'')} bytes, {kind}):")
     lines.append(view)
     return "\n".join(lines)
+
+
+def _activity_note(message: Message, activity: tuple[str, float | None] | None) -> str:
+    if activity is None:
+        return ""
+    kind, seconds = activity
+    drain = printable(message.owner or "?")
+    if seconds is not None:
+        return f" (running for {format_duration(seconds)} in drain {drain})"
+    return f" (waiting in the batch of drain {drain}, which runs another message)"
 
 
 def payload_view(payload: bytes) -> tuple[str, str]:

@@ -212,3 +212,30 @@ def test_a_drain_whose_connection_is_cut_takes_its_lock_back_and_finishes(db, tm
     assert holder.returncode == 0, err
     assert [r["event"] for r in runs(tmp_path)].count("end") == 1
     assert db.sql("SELECT COUNT(*) FROM mq_messages") == [(0,)]
+
+
+def test_list_and_show_tell_the_running_message_from_those_waiting_in_the_batch(db, tmp_path):
+    config(tmp_path)
+    drain = start_holding_drain(db, tmp_path)
+    try:
+
+        def listed() -> list[dict]:
+            result = db.run("list", "-q", "jobs", "--json")
+            assert result.exit_code == 0, result.output
+            return json.loads(result.stdout)
+
+        # A message shows as running once it has run a second (runlog.RUNNING_AFTER)
+        # and the drain wrote so, at its next tick.
+        wait_for(lambda: any(m["activity"] == "running" for m in listed()), 15, "running shown")
+        messages = listed()
+        assert [m["activity"] for m in messages] == ["running", "waiting", "waiting"]
+        assert messages[0]["running_seconds"] >= 1.0
+        assert {m["state"] for m in messages} == {"processing"}
+        table = db.run("list", "-q", "jobs")
+        assert "running " in table.stdout and table.stdout.count("waiting") == 2
+        shown = db.run("show", str(messages[0]["id"]))
+        assert "(running for " in shown.stdout
+        shown = json.loads(db.run("show", str(messages[1]["id"]), "--json").stdout)
+        assert (shown["activity"], shown["running_seconds"]) == ("waiting", None)
+    finally:
+        kill(drain)
