@@ -1,9 +1,10 @@
 """Enqueue-to-start latency of `mq drain --wait`, with and without the wake-up.
 
     .venv/bin/python bench/latency.py [--messages 200] [--gap 0.01-0.06] [--mysql-url URL]
+        [--pg-url URL] [--backends sqlite,mysql,postgres]
 
-For each backend (SQLite in a temporary directory; MariaDB in a database
-`mqbench_latency`, dropped and made again), one `mq drain -q lat --wait` runs
+For each backend (SQLite in a temporary directory; MariaDB and PostgreSQL in a
+database `mqbench_latency`, dropped and made again), one `mq drain -q lat --wait` runs
 while this process enqueues messages one at a time through the Python API
 (mq's own connection, as an application does), --gap seconds apart (a random
 pause in that range: 10-60 ms by default; 0.3-0.8 s shows sparse traffic, where
@@ -13,8 +14,11 @@ moment its enqueue call returned (committed). Two modes:
 
 - ``wake``: as shipped: the producer wakes the waiting drain (a FIFO in the
   lock directory);
+- ``listen`` (PostgreSQL): the FIFO made impossible, so only LISTEN/NOTIFY
+  wakes the drain, as for a producer on another host;
 - ``poll``: the wake-up made impossible (the FIFO directory is taken by a
-  file), so the drain polls, at most once a second when idle.
+  file; on PostgreSQL the producer sends no NOTIFY), so the drain polls, at
+  most once a second when idle.
 
 Prints p50, p99 and max in milliseconds, as a Markdown table.
 """
@@ -50,8 +54,11 @@ def run(payload):
 def measure(url: str, work: Path, mode: str, count: int, gap: tuple[float, float]) -> list[float]:
     locks = work / f"locks-{mode}"
     locks.mkdir(mode=0o700)
-    if mode == "poll":
-        (locks / "wake").write_text("")  # no FIFO can be made: the drain polls
+    if mode in ("poll", "listen"):
+        (locks / "wake").write_text("")  # no FIFO can be made
+    from mq_cli.backends.postgres import PostgresBackend
+
+    PostgresBackend.notify_on_enqueue = mode != "poll"
     config = work / f"mq-{mode}.yaml"
     config.write_text(
         f"database: {url}\nlock_dir: {locks}\nqueues:\n  lat: {{handler: 'mqlat:run'}}\n"
@@ -93,6 +100,8 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=200)
     parser.add_argument("--gap", default="0.01-0.06", help="seconds between enqueues: LOW-HIGH")
     parser.add_argument("--mysql-url", default="mysql://root@127.0.0.1:3306")
+    parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432")
+    parser.add_argument("--backends", default="sqlite,mysql,postgres")
     args = parser.parse_args()
     low, _, high = args.gap.partition("-")
     gap = (float(low), float(high or low))
@@ -104,10 +113,19 @@ def main() -> None:
     import pymysql
 
     admin = pymysql.connect(host="127.0.0.1", user="root", autocommit=True, ssl_disabled=True)
-    for backend in ("sqlite", "mysql"):
-        for mode in ("wake", "poll"):
+    for backend in args.backends.split(","):
+        for mode in ("wake", "listen", "poll") if backend == "postgres" else ("wake", "poll"):
             if backend == "sqlite":
                 url = f"sqlite:///{work}/lat-{mode}.db"
+            elif backend == "postgres":
+                import psycopg
+
+                with psycopg.connect(
+                    f"{args.pg_url}/postgres", autocommit=True, sslmode="disable"
+                ) as pg:
+                    pg.execute("DROP DATABASE IF EXISTS mqbench_latency WITH (FORCE)")
+                    pg.execute("CREATE DATABASE mqbench_latency")
+                url = f"{args.pg_url}/mqbench_latency"
             else:
                 with admin.cursor() as cursor:
                     cursor.execute("DROP DATABASE IF EXISTS mqbench_latency")

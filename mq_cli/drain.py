@@ -25,7 +25,7 @@ from . import clock, handlers, liveness, render, runlog, slots, wakeup
 from .backends.base import Backend
 from .config import Config, QueueConfig
 from .drain_types import DrainOptions, DrainReport
-from .errors import ConfigError, ConnectionLost, DatabaseError, SessionLost
+from .errors import ConfigError, ConnectionLost, DatabaseError, MqError, SessionLost
 from .models import Message
 
 log = logging.getLogger("mq")
@@ -253,8 +253,8 @@ class Drain:
 
     def _waiter(self, queue: QueueConfig) -> wakeup.Waiter | None:
         try:
-            return wakeup.Waiter(self.config.lock_dir, queue.name)
-        except (OSError, ConfigError) as exc:  # then it polls, as without one
+            return wakeup.Waiter(self.config.lock_dir, queue.name, self.backend)
+        except (OSError, MqError) as exc:  # then it polls, as without one
             log.info("queue %s: no wake-up on enqueue (%s); polling", queue.name, exc)
             return None
 

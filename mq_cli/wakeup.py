@@ -1,5 +1,6 @@
 """A waiting drain (`--wait`) starts a message within milliseconds of its enqueue
-on the same host, instead of at its next poll.
+on the same host, or of its enqueue on any host on PostgreSQL, instead of at its
+next poll.
 
 A waiting drain makes a FIFO ``LOCK_DIR/wake/QUEUE.PID`` and sleeps in
 ``select()`` on it, for at most its poll interval. A producer of the same user
@@ -8,6 +9,11 @@ one byte into each FIFO of the queue after its transaction commits. Nothing
 depends on the byte arriving: without one (a producer on another host, a
 message whose delay ends, an application's own transaction) the drain still
 polls at least once a second.
+
+On PostgreSQL the waiting drain also LISTENs on the table's channel, and every
+enqueue of ready messages NOTIFYs it in its own transaction (delivered at
+commit, an application's transaction included): producers on other hosts wake
+it too.
 """
 
 from __future__ import annotations
@@ -15,8 +21,14 @@ from __future__ import annotations
 import errno
 import os
 import select
+import time
+from typing import TYPE_CHECKING
 
+from .errors import ConfigError
 from .slots import ensure_lock_dir
+
+if TYPE_CHECKING:
+    from .backends.base import Backend
 
 
 def _directory(lock_dir: str) -> str:
@@ -24,34 +36,60 @@ def _directory(lock_dir: str) -> str:
 
 
 class Waiter:
-    """The FIFO of one waiting drain of one queue."""
+    """The FIFO of one waiting drain of one queue, and the database's own wake-up
+    where it has one (PostgreSQL's LISTEN, for producers on any host)."""
 
-    def __init__(self, lock_dir: str, queue: str):
+    def __init__(self, lock_dir: str, queue: str, backend: Backend | None = None):
+        self.queue = queue
+        self.backend = backend
+        self.fd = -1
         directory = _directory(lock_dir)
-        ensure_lock_dir(directory)  # 0700 and ours: nobody else can plant a FIFO here
         self.path = os.path.join(directory, f"{queue}.{os.getpid()}")
         try:
-            os.unlink(self.path)  # a dead drain's, whose pid this process now has
-        except FileNotFoundError:
-            pass
-        os.mkfifo(self.path, 0o600)
-        # Read and write: with a writer always open (ourselves) the FIFO never
-        # reads as end-of-file, so select() sleeps until a producer writes.
-        self.fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+            ensure_lock_dir(directory)  # 0700 and ours: nobody else can plant a FIFO here
+            try:
+                os.unlink(self.path)  # a dead drain's, whose pid this process now has
+            except FileNotFoundError:
+                pass
+            os.mkfifo(self.path, 0o600)
+            # Read and write: with a writer always open (ourselves) the FIFO never
+            # reads as end-of-file, so select() sleeps until a producer writes.
+            self.fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+        except (OSError, ConfigError):
+            if backend is None or backend.listen(queue) is None:
+                raise
+            self.listening = True  # another host's producers still wake it
+            return
+        self.listening = backend is not None and backend.listen(queue) is not None
 
     def wait(self, timeout: float) -> bool:
         """Sleep up to ``timeout`` seconds; True when a producer woke us."""
-        ready, _, _ = select.select([self.fd], [], [], max(timeout, 0.0))
-        if not ready:
-            return False
-        try:
-            while os.read(self.fd, 4096):
-                pass
-        except BlockingIOError:
-            pass
-        return True
+        end = time.monotonic() + max(timeout, 0.0)
+        while True:
+            # Looked up each time: a reconnect replaces the database's descriptor.
+            db_fd = self.backend.listen_fd() if self.backend and self.listening else None
+            fds = [fd for fd in (self.fd, db_fd) if fd is not None and fd >= 0]
+            try:
+                ready, _, _ = select.select(fds, [], [], max(end - time.monotonic(), 0.0))
+            except (OSError, ValueError):  # the database's descriptor closed meanwhile
+                return True
+            if not ready:
+                return False
+            if self.fd >= 0 and self.fd in ready:
+                try:
+                    while os.read(self.fd, 4096):
+                        pass
+                except BlockingIOError:
+                    pass
+                return True
+            assert self.backend is not None
+            if self.backend.woken(self.queue):
+                return True
+            # Another queue's enqueue: sleep on.
 
     def close(self) -> None:
+        if self.fd < 0:
+            return
         os.close(self.fd)
         try:
             os.unlink(self.path)

@@ -17,6 +17,7 @@ def test_a_producer_wakes_every_waiting_drain_of_its_queue(tmp_path):
     waiters = [wakeup.Waiter(lock_dir, "q"), wakeup.Waiter(lock_dir, "q.other")]
     waiters[1].close()
     mine = wakeup.Waiter.__new__(wakeup.Waiter)  # a second drain of q (another pid)
+    mine.queue, mine.backend, mine.listening = "q", None, False
     mine.path = os.path.join(lock_dir, "wake", "q.999999")
     os.mkfifo(mine.path, 0o600)
     mine.fd = os.open(mine.path, os.O_RDWR | os.O_NONBLOCK)
@@ -70,3 +71,64 @@ def test_waiting_drain_starts_an_enqueued_message_at_once(db, tmp_path):
 
 def _runs(log: Path) -> list[dict]:
     return [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+
+
+def _waiting_drain_on_another_host(pg_db, tmp_path: Path, log: Path):
+    """A waiting drain with a lock directory of its own: no producer here can reach
+    its FIFO, as on another host; only PostgreSQL's NOTIFY can wake it."""
+    assert pg_db.run("init").exit_code == 0
+    (tmp_path / "hostb.yaml").write_text(
+        f"lock_dir: {tmp_path / 'hostb-locks'}\n"
+        "queues:\n  q: {handler: 'tests.jobs:record_time'}\n"
+    )
+    env = pg_db.env(MQ_TEST_LOG=str(log), MQ_CONFIG=str(tmp_path / "hostb.yaml"))
+    return pg_db.spawn("drain", "-q", "q", "--wait", "--max-seconds", "30", env=env)
+
+
+def _latency(log: Path, n: int, committed: float) -> float:
+    end = time.monotonic() + 10
+    while len(_runs(log)) <= n and time.monotonic() < end:
+        time.sleep(0.005)
+    return _runs(log)[n]["t"] - committed
+
+
+def test_postgres_wakes_a_waiting_drain_on_another_host(pg_db, tmp_path):
+    import mq_cli
+
+    log = tmp_path / "ran.jsonl"
+    drain = _waiting_drain_on_another_host(pg_db, tmp_path, log)
+    try:
+        latencies = []
+        with mq_cli.connect(database=pg_db.url) as producer:
+            for n in range(6):
+                time.sleep(2.3 if n == 0 else 1.3)  # deep in the once-a-second polls
+                producer.enqueue("q", {"n": n})
+                latencies.append(_latency(log, n, time.time()))
+        # Polling would make these up to 1 s, 0.5 s on average.
+        assert sum(latency < 0.3 for latency in latencies) >= 5, latencies
+    finally:
+        drain.terminate()
+        drain.communicate(timeout=30)
+    assert drain.returncode == 0
+
+
+def test_postgres_wakes_the_drain_when_the_applications_transaction_commits(pg_db, tmp_path):
+    import psycopg
+
+    import mq_cli
+
+    log = tmp_path / "ran.jsonl"
+    drain = _waiting_drain_on_another_host(pg_db, tmp_path, log)
+    try:
+        time.sleep(2.3)
+        with psycopg.connect(pg_db.url, sslmode="disable") as conn:
+            mq_cli.enqueue("q", {"n": 0}, connection=conn)
+            time.sleep(1.5)
+            assert _runs(log) == []  # not before the commit
+            conn.commit()
+            latency = _latency(log, 0, time.time())
+        assert latency < 0.5, latency
+    finally:
+        drain.terminate()
+        drain.communicate(timeout=30)
+    assert drain.returncode == 0

@@ -404,6 +404,20 @@ class Backend(ABC):
     def held_by_owner(self, queues: Iterable[str]) -> dict[str, int]:
         """{owner: how many processing messages it holds} on ``queues``."""
 
+    def listen(self, queue: str) -> int | None:
+        """Be told of enqueues on ``queue`` from any host (PostgreSQL: LISTEN): the
+        file descriptor that turns readable then, or None where there is no such
+        thing (the FIFOs of wakeup.py serve one host only)."""
+        return None
+
+    def listen_fd(self) -> int | None:
+        """listen()'s descriptor as it is now (a reconnect replaces it)."""
+        return None
+
+    def woken(self, queue: str) -> bool:
+        """After listen()'s descriptor turned readable: whether ``queue`` was named."""
+        return False
+
     def reconnect(self) -> None:  # noqa: B027 - SQLite has nothing to reconnect
         """Open a fresh connection after a lost one (a server connection: MySQL, PostgreSQL)."""
 

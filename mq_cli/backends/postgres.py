@@ -241,6 +241,9 @@ class PostgresBackend(SqlBackend):
     def reconnect(self) -> None:
         self.close()
         self.conn = self._connect()
+        queues, self._listening = self._listening, ()
+        for queue in dict.fromkeys(queues):
+            self.listen(queue)
 
     def close(self) -> None:
         try:
@@ -314,7 +317,53 @@ class PostgresBackend(SqlBackend):
         priority: int,
         unique_key: str | None,
     ) -> list[int | None]:
-        return insert_messages(tx, self._sql, queue, payloads, when, priority, unique_key)
+        ids = insert_messages(tx, self._sql, queue, payloads, when, priority, unique_key)
+        if self.notify_on_enqueue and not when and any(i is not None for i in ids):
+            tx.rows(self._sql["notify"], (wake_channel(self.table), queue))
+        return ids
+
+    # -- waking drains on any host (LISTEN/NOTIFY) -----------------------------
+
+    #: NOTIFY after each enqueue of ready messages (bench/postgres_notify.py: its cost)
+    notify_on_enqueue = True
+    _listening: tuple[str, ...] = ()
+
+    def listen(self, queue: str) -> int | None:
+        channel = wake_channel(self.table)
+        with self._errors():
+            self.conn.execute(f'LISTEN "{channel}"')
+            self.conn.add_notify_handler(self._on_notify)
+        self._listening = (*self._listening, queue)
+        self._notified: set[str] = set()
+        return int(self.conn.fileno())
+
+    def listen_fd(self) -> int | None:
+        if not self._listening or self.conn.closed:
+            return None
+        return int(self.conn.fileno())
+
+    def _on_notify(self, note: Any) -> None:
+        # Notifications psycopg read while it ran a statement of ours.
+        self._notified.add(note.payload)
+
+    def woken(self, queue: str) -> bool:
+        pgconn = self.conn.pgconn
+        try:
+            pgconn.consume_input()
+        except psycopg.Error:
+            return True  # the connection went: the claim that follows finds out
+        while (note := pgconn.notifies()) is not None:
+            self._notified.add(note.extra.decode("utf-8", "replace"))
+        if queue in self._notified:
+            self._notified.discard(queue)
+            return True
+        return False
+
+
+def wake_channel(table: str) -> str:
+    """The LISTEN/NOTIFY channel of a queue table (table names hold 57 characters,
+    channels 63)."""
+    return f"{table}_wake"
 
 
 def insert_messages(
@@ -355,9 +404,13 @@ def insert_in_transaction(
     try:
         # Rows as tuples whatever row_factory the application chose.
         with conn.cursor(row_factory=psycopg.rows.tuple_row) as cursor:
+            sql = queries(table)
             ids = insert_messages(
-                Tx(cursor), queries(table), queue, [payload], float(delay), priority, unique_key
+                Tx(cursor), sql, queue, [payload], float(delay), priority, unique_key
             )
+            if not delay and ids[0] is not None:
+                # Delivered when the application commits, not before.
+                Tx(cursor).rows(sql["notify"], (wake_channel(table), queue))
     except psycopg.Error as exc:
         if _sqlstate(exc) == UNDEFINED_TABLE:
             raise SchemaMissing(f"the queue table {table!r} is missing: run `mq init`") from None

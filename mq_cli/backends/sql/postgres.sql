@@ -539,3 +539,8 @@ GROUP BY queue, step ORDER BY queue, step
 
 -- name: held_by_owner
 SELECT owner, COUNT(*) FROM "{table}" WHERE queue = %s AND status = 'processing' GROUP BY owner
+
+-- name: notify
+-- Wakes the drains waiting for the queue on any host (they LISTEN on the
+-- table's channel): delivered at commit, one per transaction and queue.
+SELECT pg_notify(%s, %s)
