@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from typing import TYPE_CHECKING
 
+from . import atomic
 from .models import QueueStats
 
 if TYPE_CHECKING:
@@ -97,17 +96,5 @@ def _summaries(hour: dict[str, Throughput]) -> list[str]:
 
 
 def write(path: str, text: str) -> None:
-    """Replace ``path`` atomically, so node_exporter never reads half a file."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, temporary = tempfile.mkstemp(prefix=".mq-stats-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
+    """Replace ``path`` atomically: node_exporter never reads half a file."""
+    atomic.write(path, text, prefix=".mq-stats-")

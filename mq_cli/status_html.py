@@ -10,12 +10,11 @@ draws: a cron line that refreshes the page every minute fills it.
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING
 
+from . import atomic
 from .errors import MqError
 from .models import Message
 from .render import error_line
@@ -256,16 +255,4 @@ def _svg(lines: list[tuple[str, list[tuple[float, float]]]], now: float) -> str:
 
 def write(path: str, text: str) -> None:
     """Replace ``path`` atomically: a reader sees the old page or the new one."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, temporary = tempfile.mkstemp(prefix=".mq-status-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
+    atomic.write(path, text, prefix=".mq-status-")

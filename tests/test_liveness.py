@@ -139,19 +139,15 @@ def test_gc_lists_a_killed_drains_messages_at_once_and_requeues_them_after_the_g
     assert db.sql("SELECT COUNT(*) FROM mq_messages") == [(0,)]
 
 
-@pytest.mark.parametrize("db", ["mysql", "postgres"], indirect=True)
-def test_a_drain_cut_off_from_its_database_stops_its_handler_before_the_message_runs_again(
-    db, tmp_path
-):
-    """The drain's link to the server is cut and stays down while gc runs: its lock
-    is free, so gc takes its message; the drain must have stopped its handler
-    before the message runs again elsewhere, and exit 3."""
+def drain_through_a_proxy(db, tmp_path: Path, sleep: float) -> tuple[Proxy, subprocess.Popen]:
+    """A drain reaching the server through a proxy the test can cut, running one
+    message whose handler takes ``sleep`` seconds."""
     config(tmp_path)
     settings = parse_database_url(db.url)
     proxy = Proxy((settings.host, settings.port))
     scheme, user = ("postgresql", "postgres") if db.kind == "postgres" else ("mysql", "root")
     proxied = f"{scheme}://{settings.user or user}@127.0.0.1:{proxy.port}/{settings.database}"
-    result = db.run("enqueue", "-q", "jobs", input=json.dumps({"k": "m0", "sleep": 60}))
+    result = db.run("enqueue", "-q", "jobs", input=json.dumps({"k": "m0", "sleep": sleep}))
     assert result.exit_code == 0, result.output
     holder = db.spawn(
         "drain", "-q", "jobs",
@@ -159,6 +155,22 @@ def test_a_drain_cut_off_from_its_database_stops_its_handler_before_the_message_
     )  # fmt: skip
     try:
         wait_for(lambda: any(r["event"] == "start" for r in runs(tmp_path)), 20, "the drain ran")
+    except AssertionError:
+        kill(holder)
+        proxy.close()
+        raise
+    return proxy, holder
+
+
+@pytest.mark.parametrize("db", ["mysql", "postgres"], indirect=True)
+def test_a_drain_cut_off_from_its_database_stops_its_handler_before_the_message_runs_again(
+    db, tmp_path
+):
+    """The drain's link to the server is cut and stays down while gc runs: its lock
+    is free, so gc takes its message; the drain must have stopped its handler
+    before the message runs again elsewhere, and exit 3."""
+    proxy, holder = drain_through_a_proxy(db, tmp_path, sleep=60)
+    try:
         proxy.down()  # cut, and no reconnect gets through
         cut = time.time()
         requeued = db.run("gc", "--stalled", "--requeue")
@@ -188,19 +200,8 @@ def test_a_drain_cut_off_from_its_database_stops_its_handler_before_the_message_
 def test_a_drain_whose_connection_is_cut_takes_its_lock_back_and_finishes(db, tmp_path):
     """A cut that heals at once is no death: gc meanwhile leaves the message alone,
     and the drain finishes it (exit 0), run once."""
-    config(tmp_path)
-    settings = parse_database_url(db.url)
-    proxy = Proxy((settings.host, settings.port))
-    scheme, user = ("postgresql", "postgres") if db.kind == "postgres" else ("mysql", "root")
-    proxied = f"{scheme}://{settings.user or user}@127.0.0.1:{proxy.port}/{settings.database}"
-    result = db.run("enqueue", "-q", "jobs", input=json.dumps({"k": "m0", "sleep": 4}))
-    assert result.exit_code == 0, result.output
-    holder = db.spawn(
-        "drain", "-q", "jobs",
-        env=db.env(MQ_TEST_LOG=str(tmp_path / LOG), MQ_DATABASE_URL=proxied),
-    )  # fmt: skip
+    proxy, holder = drain_through_a_proxy(db, tmp_path, sleep=4)
     try:
-        wait_for(lambda: any(r["event"] == "start" for r in runs(tmp_path)), 20, "the drain ran")
         proxy.cut()
         requeued = db.run("gc", "--stalled", "--requeue", "--json")
         assert requeued.exit_code == 0, requeued.output
