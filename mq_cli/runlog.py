@@ -168,9 +168,12 @@ class RunLog:
     # -- the drain's hooks ------------------------------------------------------
 
     def batch(self, messages: list[Message]) -> None:
-        """A batch goes to the runner: its first message starts now."""
+        """A batch goes to the runner: its first message starts now. The run's row
+        is written at its first batch, so `mq status` shows a live drain at once."""
         self._pending = dict.fromkeys(m.id for m in messages)
         self._since = time.time()
+        if self.enabled and self.run_id is None:
+            self._start()
 
     def outcome(self, message: Message, outcome: Outcome) -> None:
         """One message's result, in memory (tick() writes what is due, after the
