@@ -64,7 +64,10 @@ class Host:
 
 
 def _seen_dead(pid: int, patience: float = 5.0) -> float:
-    """time.time() of the first look at /proc that finds ``pid`` dead (zombie or gone).
+    """time.time() of the first look at /proc that finds ``pid`` dead (zombie or gone)
+    with every thread gone: only then are its files (its pipes) closed. A drain has
+    a second thread (its liveness watchdog), and its main thread may show as a
+    zombie while that one still exits, holding the pipes open a little longer.
 
     Looks every 0.2 ms, so the moment is at most that late; not reaped here
     (Popen does that), so the pid cannot be reused meanwhile.
@@ -74,9 +77,10 @@ def _seen_dead(pid: int, patience: float = 5.0) -> float:
         try:
             with open(f"/proc/{pid}/stat", "rb") as stat:
                 state = stat.read().rpartition(b")")[2].split()[0]
+            threads = len(os.listdir(f"/proc/{pid}/task"))
         except (FileNotFoundError, ProcessLookupError, IndexError):
             return time.time()
-        if state in (b"Z", b"X"):
+        if state in (b"Z", b"X") and threads <= 1:
             return time.time()
         time.sleep(0.0002)
     return time.time()
