@@ -56,12 +56,12 @@ def measure(url: str, work: Path, mode: str, count: int, gap: tuple[float, float
     locks.mkdir(mode=0o700)
     if mode in ("poll", "listen"):
         (locks / "wake").write_text("")  # no FIFO can be made
-    from mq_cli.backends.postgres import PostgresBackend
 
-    PostgresBackend.notify_on_enqueue = mode != "poll"
     config = work / f"mq-{mode}.yaml"
+    notify = "false" if mode == "poll" else "true"
     config.write_text(
-        f"database: {url}\nlock_dir: {locks}\nqueues:\n  lat: {{handler: 'mqlat:run'}}\n"
+        f"database: {url}\nlock_dir: {locks}\n"
+        f"queues:\n  lat: {{handler: 'mqlat:run', notify: {notify}}}\n"
     )
     log = work / f"lat-{mode}.jsonl"
     env = dict(

@@ -26,18 +26,16 @@ sys.path.insert(0, str(ROOT))
 import psycopg  # noqa: E402
 
 import mq_cli  # noqa: E402
-from mq_cli.backends.postgres import PostgresBackend  # noqa: E402
 
 DATABASE = "mqbench_notify"
 
 
 def produce(url: str, count: int, notify: bool, start: multiprocessing.synchronize.Event) -> None:
-    PostgresBackend.notify_on_enqueue = notify
     with mq_cli.connect(database=url) as mq:
         mq.backend.probe()  # connected before the clock starts
         start.wait()
         for n in range(count):
-            mq.enqueue("q", {"n": n})
+            mq.backend.enqueue("q", [b'{"n": %d}' % n], wake=notify)
 
 
 def run(base: str, producers: int, count: int, notify: bool) -> float:

@@ -172,6 +172,7 @@ class MQ:
         yielded), then InputRejected names the item; nothing after it is stored.
         """
         fmt = self.queue(queue).format
+        wake = self.queue(queue).notify
         _check_options(priority, unique_key, delay)
         backend = self.backend
         batch: list[bytes] = []
@@ -182,7 +183,7 @@ class MQ:
 
         def store(batch: list[bytes]) -> list[int | None]:
             ids = backend.enqueue(
-                queue, batch, delay=delay, priority=priority, unique_key=unique_key
+                queue, batch, delay=delay, priority=priority, unique_key=unique_key, wake=wake
             )
             if not delay and any(i is not None for i in ids):
                 # Committed and ready: drains waiting on this host start it now.
@@ -406,12 +407,15 @@ def enqueue(
     delay: float = 0.0,
     priority: int = 0,
     unique_key: str | None = None,
+    notify: bool = True,
 ) -> int | None:
     """Enqueue inside the caller's open PyMySQL, psycopg 3 or sqlite3 transaction.
 
     mq neither commits nor rolls back: the message exists if and only if the
     caller's transaction commits. The table must exist (`mq init`). Returns the
-    new id, or None if ``unique_key`` is already taken on this queue.
+    new id, or None if ``unique_key`` is already taken on this queue. ``notify``
+    (PostgreSQL): NOTIFY waiting drains on any host at the commit (the queue key
+    of the same name; it costs producers that commit at once some throughput).
     """
     validate_queue_name(queue)
     validate_table_name(table)
@@ -427,9 +431,9 @@ def enqueue(
 
         return insert_in_transaction(connection, table, queue, data, delay, priority, unique_key)
     if module.startswith("psycopg"):
-        from .backends.postgres import insert_in_transaction
+        from .backends.postgres import insert_in_transaction as insert_pg
 
-        return insert_in_transaction(connection, table, queue, data, delay, priority, unique_key)
+        return insert_pg(connection, table, queue, data, delay, priority, unique_key, notify)
     raise ConfigError(
         "enqueue(connection=...) takes a PyMySQL, psycopg or sqlite3 connection, "
         f"not {type(connection).__name__}"

@@ -44,6 +44,7 @@ class QueueConfig:
     requeue_stalled: bool = False  # `mq drain` requeues the queue's stalled messages first
     group_ack: bool = False  # delete a batch's successes in one statement (see README)
     quiet_retries: bool = False  # a failure that will be retried is logged only with -v
+    notify: bool = True  # PostgreSQL: each enqueue NOTIFYs waiting drains on any host
     on_stalled: str | None = None  # callback for `mq gc --stalled --notify`
     on_failed: str | None = None  # callback for `mq gc --errors --notify`
 
@@ -104,6 +105,7 @@ QUEUE_KEYS: dict[str, Any] = {
     "requeue_stalled": _bool,
     "group_ack": _bool,
     "quiet_retries": _bool,
+    "notify": _bool,
     "on_stalled": _handler,
     "on_failed": _handler,
 }

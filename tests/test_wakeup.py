@@ -132,3 +132,29 @@ def test_postgres_wakes_the_drain_when_the_applications_transaction_commits(pg_d
         drain.terminate()
         drain.communicate(timeout=30)
     assert drain.returncode == 0
+
+
+def test_postgres_notifies_each_ready_enqueue_unless_the_queue_says_not(pg_db, tmp_path):
+    import psycopg
+
+    import mq_cli
+
+    assert pg_db.run("init").exit_code == 0
+    (tmp_path / "mq.yaml").write_text("queues:\n  quiet: {notify: false}\n")
+    with psycopg.connect(pg_db.url, autocommit=True, sslmode="disable") as listener:
+        listener.execute('LISTEN "mq_messages_wake"')
+
+        def heard() -> list[str]:
+            return [n.payload for n in listener.notifies(timeout=0.5, stop_after=10)]
+
+        env = {"MQ_CONFIG": str(tmp_path / "mq.yaml")}
+        assert pg_db.run("enqueue", "-q", "loud", '"a"', env=env).exit_code == 0
+        assert heard() == ["loud"]
+        assert pg_db.run("enqueue", "-q", "quiet", '"b"', env=env).exit_code == 0
+        assert pg_db.run("enqueue", "-q", "loud", "--delay", "1h", '"c"', env=env).exit_code == 0
+        assert heard() == []  # the queue said not to; a delayed message wakes nobody
+        with psycopg.connect(pg_db.url, sslmode="disable") as app:
+            mq_cli.enqueue("loud", "d", connection=app)
+            mq_cli.enqueue("quiet", "e", connection=app, notify=False)
+            assert heard() == []  # not before the application's commit
+        assert heard() == ["loud"]

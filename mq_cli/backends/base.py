@@ -145,8 +145,11 @@ class Backend(ABC):
         delay: float = 0.0,
         priority: int = 0,
         unique_key: str | None = None,
+        wake: bool = True,
     ) -> list[int | None]:
-        """Store the payloads in one transaction; ids in order, None where skipped."""
+        """Store the payloads in one transaction; ids in order, None where skipped.
+        ``wake``: tell waiting drains on other hosts, where the database can
+        (PostgreSQL's NOTIFY)."""
 
     @abstractmethod
     def stats(

@@ -317,15 +317,13 @@ class PostgresBackend(SqlBackend):
         priority: int,
         unique_key: str | None,
     ) -> list[int | None]:
-        ids = insert_messages(tx, self._sql, queue, payloads, when, priority, unique_key)
-        if self.notify_on_enqueue and not when and any(i is not None for i in ids):
-            tx.rows(self._sql["notify"], (wake_channel(self.table), queue))
-        return ids
+        return insert_messages(tx, self._sql, queue, payloads, when, priority, unique_key)
 
     # -- waking drains on any host (LISTEN/NOTIFY) -----------------------------
 
-    #: NOTIFY after each enqueue of ready messages (bench/postgres_notify.py: its cost)
-    notify_on_enqueue = True
+    def _wake(self, tx: Tx, queue: str) -> None:
+        tx.rows(self._sql["notify"], (wake_channel(self.table), queue))
+
     _listening: tuple[str, ...] = ()
 
     def listen(self, queue: str) -> int | None:
@@ -396,10 +394,12 @@ def insert_in_transaction(
     delay: float,
     priority: int,
     unique_key: str | None,
+    notify: bool = True,
 ) -> int | None:
     """One message inside an application's psycopg transaction (never committed here).
 
-    Its times are the transaction's (now() is when it began)."""
+    Its times are the transaction's (now() is when it began). ``notify``: wake
+    waiting drains on any host when the application commits."""
     require_driver()
     try:
         # Rows as tuples whatever row_factory the application chose.
@@ -408,7 +408,7 @@ def insert_in_transaction(
             ids = insert_messages(
                 Tx(cursor), sql, queue, [payload], float(delay), priority, unique_key
             )
-            if not delay and ids[0] is not None:
+            if notify and not delay and ids[0] is not None:
                 # Delivered when the application commits, not before.
                 Tx(cursor).rows(sql["notify"], (wake_channel(table), queue))
     except psycopg.Error as exc:

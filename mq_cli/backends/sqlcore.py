@@ -370,12 +370,22 @@ class SqlBackend(SqlOperate, SqlRunLog):
         delay: float = 0.0,
         priority: int = 0,
         unique_key: str | None = None,
+        wake: bool = True,
     ) -> list[int | None]:
         self.check_sizes(payloads)
         when = self._shift(delay)
-        return self._transaction(
-            lambda tx: self._insert(tx, queue, payloads, when, priority, unique_key)
-        )
+
+        def body(tx: Tx) -> list[int | None]:
+            ids = self._insert(tx, queue, payloads, when, priority, unique_key)
+            if wake and not delay and any(i is not None for i in ids):
+                self._wake(tx, queue)
+            return ids
+
+        return self._transaction(body)
+
+    def _wake(self, tx: Tx, queue: str) -> None:
+        """Inside the enqueue's transaction: tell waiting drains on any host (a
+        dialect that can: PostgreSQL's NOTIFY, delivered at commit)."""
 
     # -- draining ---------------------------------------------------------------
 
