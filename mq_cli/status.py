@@ -70,10 +70,14 @@ class Status:
     held: dict[str, int]  # owner -> processing messages
     runs: list[Run]  # newest first
     queues: dict[str, QueueStatus]
+    #: owners of unended runs whose lock is free: killed, whatever seen_at says
+    dead: frozenset[str] = frozenset()
 
     def run_state(self, run: Run) -> str:
         if run.ended_at is not None:
             return "ended"
+        if run.owner in self.dead:
+            return "vanished"
         return "live" if run.seen_at >= self.now - LIVE_WITHIN else "vanished"
 
     def run_json(self, run: Run) -> dict[str, Any]:
@@ -188,8 +192,12 @@ def read(mq: MQ, backend: Backend, queue: str | None = None) -> Status:
             for key in keys:
                 shown[key] = shown.get(key, 0) + 1
             runs.append(run)
+    # A drain killed with -9 is gone at once where its lock says so (liveness.py).
+    unended = [r.owner for r in [*live, *recent] if r.ended_at is None]
+    dead = frozenset(backend.dead_owners(unended)) if unended else frozenset()
+    live = [r for r in live if r.owner not in dead]
     held = backend.held_by_owner({r.queue for r in live if r.queue}) if live else {}
-    return Status(now, [r for r in live if wanted(r)], held, runs, queues)
+    return Status(now, [r for r in live if wanted(r)], held, runs, queues, dead)
 
 
 # -- text ----------------------------------------------------------------------

@@ -121,6 +121,9 @@ def test_gc_lists_a_killed_drains_messages_at_once_and_requeues_them_after_the_g
     config(tmp_path)
     kill(start_holding_drain(db, tmp_path))
     time.sleep(0.3)
+    status = json.loads(db.run("status", "--json").stdout)
+    assert status["drains"] == []  # its lock is free: gone at once, not after 90 s
+    assert [r["state"] for r in status["runs"]] == ["vanished"]
     listed = db.run("gc", "--stalled", "--json")
     assert listed.exit_code == 0, listed.output
     assert len(json.loads(listed.stdout)) == 3
