@@ -50,6 +50,8 @@ SUSPECT = 1.5
 GRACE = 1.5
 #: how often a drain proves its session while a handler runs
 PROBE_EVERY = 0.5
+#: how often the watchdog looks
+WATCH_EVERY = 0.1
 #: a watchdog that woke this much later than it asked was stopped or starved
 STALE_WAKE = 0.5
 
@@ -206,28 +208,26 @@ class Watchdog:
         self.stop_handler = stop
         self.fence = fence
         self.fired = False
-        self._armed = threading.Event()
+        # A plain flag, not an Event: the drain arms it per batch, and waking
+        # this thread each time would cost a batch of one a GIL hand-over.
+        self.armed = False
         self._quit = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="mq-fence", daemon=True)
         self._thread.start()
 
     def arm(self) -> None:
-        self._armed.set()
+        self.armed = True
 
     def disarm(self) -> None:
-        self._armed.clear()
+        self.armed = False
 
     def close(self) -> None:
         self._quit.set()
-        self._armed.set()
         self._thread.join(timeout=1.0)
 
     def _watch(self) -> None:
-        previous = resumed = 0.0
-        while not self._quit.is_set():
-            self._armed.wait()
-            if self._quit.is_set():
-                return
+        previous = resumed = time.monotonic()
+        while not self._quit.wait(WATCH_EVERY):
             now = time.monotonic()
             if now - previous > STALE_WAKE:
                 # This thread did not run for a while: the process was stopped
@@ -235,10 +235,7 @@ class Watchdog:
                 # session may well be alive: give it FENCE to show so.
                 resumed = now
             previous = now
-            late = now - max(self.proof(), resumed) - self.fence
-            if late >= 0 and self._armed.is_set():
+            if self.armed and now - max(self.proof(), resumed) >= self.fence:
                 self.fired = True
                 self.stop_handler()
-                self._armed.clear()
-                continue
-            self._quit.wait(min(max(-late, 0.02), 0.1))
+                self.armed = False

@@ -193,9 +193,9 @@ class RunLog:
         run's row, the running message and a slice, when due."""
         if not self.enabled:
             return
+        # Called after every result: only cheap looks here, the tally when writing.
         if self._results and self.run_id is None and not self._start():
             return
-        self._tally()
         running = next(iter(self._pending), None)
         if running is not None and running != self._running:
             if time.time() - self._since >= RUNNING_AFTER:
@@ -242,6 +242,7 @@ class RunLog:
     def flush(self, running: int | None = None, exit_code: int | None = None) -> bool:
         """Write the slices due and the run's row; False when that failed."""
         self._flushed = time.monotonic()
+        self._tally()
         if self.run_id is None and not self._start():
             return False
         assert self.run_id is not None
