@@ -73,6 +73,17 @@ class Status:
     #: owners of unended runs whose lock is free: killed, whatever seen_at says
     dead: frozenset[str] = frozenset()
 
+    def drain_row(self, run: Run) -> list[object]:
+        """A live drain as the text and the HTML views show it: drain, queue, running
+        for, message now, held, done, failed (not escaped)."""
+        data = self.drain_json(run)
+        running = data["running"]
+        doing = f"#{running['id']} for {seconds_text(running['seconds'])}" if running else "-"
+        return [
+            f"{run.host}:{run.pid}", run.queue or ",".join(run.queues),
+            seconds_text(data["seconds"]), doing, data["held"], run.succeeded, run.failed,
+        ]  # fmt: skip
+
     def run_state(self, run: Run) -> str:
         if run.ended_at is not None:
             return "ended"
@@ -223,14 +234,8 @@ def text(status: Status) -> str:
     if status.drains:
         rows = []
         for run in status.drains:
-            drain = status.drain_json(run)
-            running = drain["running"]
-            doing = f"#{running['id']} for {seconds_text(running['seconds'])}" if running else "-"
-            rows.append([
-                printable(f"{run.host}:{run.pid}"), run.queue or ",".join(run.queues),
-                seconds_text(status.now - run.started_at), doing, drain["held"],
-                run.succeeded, run.failed,
-            ])  # fmt: skip
+            drain, *rest = status.drain_row(run)
+            rows.append([printable(str(drain)), *rest])
         headers = ["DRAIN", "QUEUE", "RUNNING FOR", "MESSAGE NOW", "HELD", "DONE", "FAILED"]
         parts.append("live drains:\n" + table(headers, rows))
     else:

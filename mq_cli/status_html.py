@@ -155,16 +155,7 @@ def _queues(status: Status) -> str:
 
 
 def _drains(status: Status) -> str:
-    rows = []
-    for run in status.drains:
-        data = status.drain_json(run)
-        running = data["running"]
-        doing = f"#{running['id']} for {seconds_text(running['seconds'])}" if running else "-"
-        rows.append([
-            _e(f"{run.host}:{run.pid}"), _e(run.queue or ",".join(run.queues)),
-            _e(seconds_text(data["seconds"])), _e(doing), _e(data["held"]),
-            _e(run.succeeded), _e(run.failed),
-        ])  # fmt: skip
+    rows = [[_e(cell) for cell in status.drain_row(run)] for run in status.drains]
     headers = ["drain", "queue", "running for", "message now", "held", "done", "failed"]
     return "<h2>Live drains</h2>" + _table(headers, rows, "no drain running")
 
