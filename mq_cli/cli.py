@@ -385,7 +385,9 @@ def drain(
     With no -q, every configured queue in turn. Exits 0 at once, silently, when
     all of a queue's slots on this host are busy. Runs until no ready message
     is left, or --max-messages / --max-seconds (both count the whole run); with
-    --wait it keeps polling until --max-seconds. SIGTERM/SIGINT: the running
+    --wait it waits until --max-seconds: an enqueue on this host (or any, on
+    PostgreSQL) wakes it at once, its own retries start when their backoff
+    ends, anything else within a second (its poll). SIGTERM/SIGINT: the running
     handler finishes, unstarted messages go back to ready, exit 0.
     Silent on success (cron mails any output); failures go to stderr.
 

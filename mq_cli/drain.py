@@ -37,6 +37,9 @@ WAIT_POLL_MIN = 0.05
 WAIT_POLL_MAX = 1.0  # the contract: --wait polls at least once a second
 PAUSE_LOOK_EVERY = 2.0  # a running drain looks whether its queue was paused
 REQUEUE_LOOK_EVERY = 0.5  # a waiting requeue_stalled drain looks for dead drains' messages
+# A retry becomes ready at the database's `now` + its backoff, stored to the
+# millisecond: a waiting drain looks that much after the moment it computed.
+RETRY_SLACK = 0.005
 ERROR_LOG_WIDTH = 1000  # characters of a failure's last line in the drain's log
 
 
@@ -70,6 +73,7 @@ class Drain:
         self.watchdog: liveness.Watchdog | None = None
         self._take_back_due = False  # reconnected: the lock first, then anything else
         self._suspects: dict[str, float] = {}  # owner -> since when its lock is free
+        self.retry_due: float | None = None  # time.monotonic() when a retry recorded here is ready
         self.runlog = runlog.RunLog(config, lambda: self.backend, lambda: self.owner, self.report)
 
     # -- setup --------------------------------------------------------------
@@ -212,6 +216,7 @@ class Drain:
         runner = handlers.make_runner(path, queue.format, self.config.database.secret_env())
         self.runner = runner
         waiter = self._waiter(queue) if self.options.wait else None
+        self.retry_due = None
         try:
             # A cron drain does not start the runner: a Python handler's child
             # starts with the first batch, so an empty queue costs no second
@@ -279,6 +284,13 @@ class Drain:
     def _idle(self, pause: float, waiter: wakeup.Waiter | None) -> float:
         """Wait before polling again with --wait: short at first, growing to a second;
         an enqueue on this host ends the wait at once."""
+        due, now = self.retry_due, time.monotonic()
+        retry = due is not None and due - now <= pause
+        if due is not None and retry:
+            # A retry this drain recorded starts when its backoff ends, not at a
+            # poll up to a second later.
+            pause = max(due - now, 0.0) + RETRY_SLACK
+            self.retry_due = None
         if self.deadline is not None:
             pause = min(pause, max(self.deadline - time.monotonic(), 0.0))
         self.runlog.tick()
@@ -286,7 +298,7 @@ class Drain:
             time.sleep(pause)
         elif waiter.wait(pause):
             return WAIT_POLL_MIN
-        return min(pause * 2, WAIT_POLL_MAX)
+        return WAIT_POLL_MIN if retry else min(pause * 2, WAIT_POLL_MAX)
 
     def _claim(self, queue: QueueConfig) -> list[Message]:
         size = self.options.batch_size or queue.batch_size
@@ -492,6 +504,9 @@ class Drain:
                 message,
             )
             if ours:
+                if not final:
+                    due = time.monotonic() + retry_in
+                    self.retry_due = min(due, self.retry_due or due)
                 first_line = render.error_line(error, ERROR_LOG_WIDTH)
                 if final:
                     log.error(

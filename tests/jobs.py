@@ -35,6 +35,14 @@ def fail_when_asked(payload: dict) -> object:
     return None
 
 
+def fail_first(payload: object) -> None:
+    """Fails on a message's first attempt, succeeds on the next; logs when each started."""
+    info = handlers.current_message()
+    _log(payload, error_count=info.error_count, t=time.time())
+    if info.error_count == 0:
+        raise ValueError("first attempt fails")
+
+
 def sleepy(payload: dict) -> None:
     time.sleep(float(payload.get("sleep", 0)))
     _log(payload)

@@ -148,6 +148,22 @@ def test_wait_polls_until_max_seconds(db, ran):
     assert 1.4 <= elapsed < 4
 
 
+def test_a_waiting_drain_retries_when_the_backoff_ends_not_at_its_next_poll(db, ran, tmp_path):
+    # A waiting drain backs off to one poll a second when idle; a retry it
+    # recorded itself is due at a moment it knows, and starts then.
+    config(tmp_path, "defaults: {retry_delay: 0.8, max_errors: 3}\n")
+    enqueue(db, "jobs", '"once"')
+    result = db.run(
+        "drain", "-q", "jobs", "--handler", "tests.jobs:fail_first", "--wait",
+        "--max-seconds", "4", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    first, second = ran()
+    assert (first["error_count"], second["error_count"]) == (0, 1)
+    assert 0.75 <= second["t"] - first["t"] < 1.05
+    assert rows(db, "jobs") == []
+
+
 def test_timeout_of_a_hanging_python_handler(db, ran, tmp_path):
     config(tmp_path, "defaults: {timeout: 1s, retry_delay: 1h}\n")
     hang, fine = enqueue(db, "jobs", '{"sleep": 60}', '{"sleep": 0}')
