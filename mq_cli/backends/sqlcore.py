@@ -11,7 +11,6 @@ the same names in each. The operators' batches are in sqlops.py.
 
 from __future__ import annotations
 
-import random
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -49,7 +48,10 @@ def queries(dialect: str, table: str, **more: str) -> dict[str, str]:
 
 def backoff(attempt: int) -> None:
     # Jitter so that two drains that collided do not collide again; at most
-    # half a second between tries (Galera's 40 tries span about 15 s).
+    # half a second between tries (Galera's 40 tries span about 15 s). Imported
+    # here: only a collision needs it, and every `mq enqueue` would load it.
+    import random
+
     time.sleep(min(random.uniform(0.005, 0.05) * (attempt + 1), 0.5))
 
 
