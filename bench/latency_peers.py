@@ -50,7 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from postgres import ensure_peers  # noqa: E402
+from postgres import ensure_peers, ensure_venv  # noqa: E402
 
 BENCH_PACKAGES = ("rq", "huey", "redis")
 
@@ -254,15 +254,7 @@ def peers(redis_url: str) -> list[dict]:
 
 def ensure_bench_venv(venv: Path) -> None:
     """RQ and huey's venv: bench/run makes it (with mq and more); enough of it when missing."""
-    python = venv / "bin" / "python"
-    probe = "import huey, redis, rq"
-    if python.exists() and subprocess.run([str(python), "-c", probe]).returncode == 0:
-        return
-    print(f"installing into {venv}: {' '.join(BENCH_PACKAGES)}", file=sys.stderr)
-    if not python.exists():  # the interpreter itself, not a pyenv shim (as bench/run)
-        base = getattr(sys, "_base_executable", sys.executable)
-        subprocess.run([base, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *BENCH_PACKAGES], check=True)
+    ensure_venv(venv, BENCH_PACKAGES, "huey, redis, rq")
 
 
 def pg_database(pg_url: str, statement: str) -> None:

@@ -40,7 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import psycopg
@@ -228,15 +228,21 @@ class Bench:
         }
 
 
-def ensure_peers(venv: Path) -> None:
+def ensure_venv(venv: Path, packages: Sequence[str], modules: str) -> None:
+    """A venv of peers that import ``modules``; made or completed with ``packages``."""
     python = venv / "bin" / "python"
-    probe = "import asyncpg, pgqueuer, procrastinate, psycopg"
+    probe = f"import {modules}"
     if python.exists() and subprocess.run([str(python), "-c", probe]).returncode == 0:
         return
-    print(f"installing into {venv}: {' '.join(PEERS)}", file=sys.stderr)
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *PEERS], check=True)
+    print(f"installing into {venv}: {' '.join(packages)}", file=sys.stderr)
+    if not python.exists():  # the interpreter itself, not a pyenv shim (as bench/run)
+        base = getattr(sys, "_base_executable", sys.executable)
+        subprocess.run([base, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *packages], check=True)
+
+
+def ensure_peers(venv: Path) -> None:
+    ensure_venv(venv, PEERS, "asyncpg, pgqueuer, procrastinate, psycopg")
 
 
 def version(venv: Path, package: str) -> str:
