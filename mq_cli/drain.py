@@ -7,6 +7,7 @@ drain refreshes the heartbeat of every message it holds on its own connection.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 import os
@@ -73,7 +74,8 @@ class Drain:
         self.watchdog: liveness.Watchdog | None = None
         self._take_back_due = False  # reconnected: the lock first, then anything else
         self._suspects: dict[str, float] = {}  # owner -> since when its lock is free
-        self.retry_due: float | None = None  # time.monotonic() when a retry recorded here is ready
+        # A heap of when (time.monotonic) the retries this drain recorded become ready.
+        self.retries_due: list[float] = []
         self.runlog = runlog.RunLog(config, lambda: self.backend, lambda: self.owner, self.report)
 
     # -- setup --------------------------------------------------------------
@@ -216,7 +218,7 @@ class Drain:
         runner = handlers.make_runner(path, queue.format, self.config.database.secret_env())
         self.runner = runner
         waiter = self._waiter(queue) if self.options.wait else None
-        self.retry_due = None
+        self.retries_due = []
         try:
             # A cron drain does not start the runner: a Python handler's child
             # starts with the first batch, so an empty queue costs no second
@@ -284,21 +286,25 @@ class Drain:
     def _idle(self, pause: float, waiter: wakeup.Waiter | None) -> float:
         """Wait before polling again with --wait: short at first, growing to a second;
         an enqueue on this host ends the wait at once."""
-        due, now = self.retry_due, time.monotonic()
-        retry = due is not None and due - now <= pause
-        if due is not None and retry:
+        due, now = (self.retries_due[0] if self.retries_due else math.inf), time.monotonic()
+        retry = due - now <= pause
+        if retry:
             # A retry this drain recorded starts when its backoff ends, not at a
             # poll up to a second later.
             pause = max(due - now, 0.0) + RETRY_SLACK
-            self.retry_due = None
         if self.deadline is not None:
             pause = min(pause, max(self.deadline - time.monotonic(), 0.0))
         self.runlog.tick()
         if waiter is None:
             time.sleep(pause)
         elif waiter.wait(pause):
+            return WAIT_POLL_MIN  # an enqueue came first: the retry stays due
+        if retry:
+            now = time.monotonic()
+            while self.retries_due and self.retries_due[0] <= now:
+                heapq.heappop(self.retries_due)
             return WAIT_POLL_MIN
-        return WAIT_POLL_MIN if retry else min(pause * 2, WAIT_POLL_MAX)
+        return min(pause * 2, WAIT_POLL_MAX)
 
     def _claim(self, queue: QueueConfig) -> list[Message]:
         size = self.options.batch_size or queue.batch_size
@@ -504,9 +510,8 @@ class Drain:
                 message,
             )
             if ours:
-                if not final:
-                    due = time.monotonic() + retry_in
-                    self.retry_due = min(due, self.retry_due or due)
+                if not final and self.options.wait:
+                    heapq.heappush(self.retries_due, time.monotonic() + retry_in)
                 first_line = render.error_line(error, ERROR_LOG_WIDTH)
                 if final:
                     log.error(

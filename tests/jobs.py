@@ -36,11 +36,13 @@ def fail_when_asked(payload: dict) -> object:
 
 
 def fail_first(payload: object) -> None:
-    """Fails on a message's first attempt, succeeds on the next; logs when each started."""
+    """Fails a message's first attempts (``{"fails": N}``, else 1), then succeeds;
+    logs when each attempt started."""
     info = handlers.current_message()
     _log(payload, error_count=info.error_count, t=time.time())
-    if info.error_count == 0:
-        raise ValueError("first attempt fails")
+    fails = payload.get("fails", 1) if isinstance(payload, dict) else 1
+    if info.error_count < fails:
+        raise ValueError(f"attempt {info.error_count + 1} fails")
 
 
 def sleepy(payload: dict) -> None:

@@ -151,16 +151,20 @@ def test_wait_polls_until_max_seconds(db, ran):
 def test_a_waiting_drain_retries_when_the_backoff_ends_not_at_its_next_poll(db, ran, tmp_path):
     # A waiting drain backs off to one poll a second when idle; a retry it
     # recorded itself is due at a moment it knows, and starts then.
-    config(tmp_path, "defaults: {retry_delay: 0.8, max_errors: 3}\n")
-    enqueue(db, "jobs", '"once"')
+    # Backoff 0.8 s, then 1.6 s; a second message, failing once, adds a retry
+    # due between the two.
+    config(tmp_path, "defaults: {retry_delay: 0.8, max_errors: 5}\n")
+    enqueue(db, "jobs", '{"fails": 2}', '{"fails": 1}')
     result = db.run(
         "drain", "-q", "jobs", "--handler", "tests.jobs:fail_first", "--wait",
-        "--max-seconds", "4", "--json",
+        "--max-seconds", "5", "--json",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    first, second = ran()
-    assert (first["error_count"], second["error_count"]) == (0, 1)
-    assert 0.75 <= second["t"] - first["t"] < 1.05
+    runs = [r for r in ran() if r["payload"]["fails"] == 2]
+    assert [r["error_count"] for r in runs] == [0, 1, 2]
+    assert 0.75 <= runs[1]["t"] - runs[0]["t"] < 1.05
+    assert 1.55 <= runs[2]["t"] - runs[1]["t"] < 1.85
+    assert len(ran()) == 5
     assert rows(db, "jobs") == []
 
 
