@@ -353,6 +353,16 @@ def run_group(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def stop(proc: subprocess.Popen[Any], sig: int, patience: float) -> None:
+    """Ask a worker to stop with ``sig``; SIGKILL it if it has not exited after ``patience`` s."""
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout=patience)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def check_ok(procs: Iterable[Proc], what: str) -> None:
     for proc in procs:
         if proc.rc != 0:

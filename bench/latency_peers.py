@@ -50,6 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
+from common import stop  # noqa: E402
 from postgres import ensure_peers, ensure_venv  # noqa: E402
 
 BENCH_PACKAGES = ("rq", "huey", "redis")
@@ -304,12 +305,7 @@ def measure(
                     break
                 time.sleep(0.05)
         finally:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
+            stop(worker, signal.SIGTERM, 60)
     finally:
         call("cleanup")
     lines = log.read_text().splitlines() if log.exists() else []

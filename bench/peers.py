@@ -27,6 +27,7 @@ from common import (
     noise,
     python_path,
     run_group,
+    stop,
     wait_quiet,
 )
 
@@ -144,12 +145,7 @@ def huey_run(workdir: Path, count: int, workers: int) -> dict[str, Any]:
         wall = time.perf_counter() - started
         measured_noise = noise(before, cpu_snapshot(servers))
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, signal.SIGINT, 20)
         if proc.stderr:
             proc.stderr.close()
     return {
