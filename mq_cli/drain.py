@@ -22,7 +22,7 @@ from contextlib import closing
 from types import FrameType
 from typing import Any
 
-from . import clock, handlers, liveness, render, runlog, slots, wakeup
+from . import clock, guard, handlers, liveness, render, runlog, slots, wakeup
 from .backends.base import Backend
 from .config import Config, QueueConfig
 from .drain_types import DrainOptions, DrainReport
@@ -41,7 +41,11 @@ REQUEUE_LOOK_EVERY = 0.5  # a waiting requeue_stalled drain looks for dead drain
 # A retry becomes ready at the database's `now` + its backoff, stored to the
 # millisecond: a waiting drain looks that much after the moment it computed.
 RETRY_SLACK = 0.005
-ERROR_LOG_WIDTH = 1000  # characters of a failure's last line in the drain's log
+ERROR_LOG_WIDTH = 1000
+GUARD_FIRED = (
+    "killed: the drain could not renew the handler's lease (the drain was stopped, frozen "
+    "or starved), so the handler was ended before another drain could take the message"
+)  # characters of a failure's last line in the drain's log
 
 
 def owner_token() -> str:
@@ -65,6 +69,11 @@ class Drain:
         # half of stalled_after after the last claim or heartbeat that covered it.
         self.lease_until = 0.0
         self._lease_for = 0.0  # stalled_after / 2 of the queue being drained
+        # The running handler's lease (guard.py) ends at the latest this long after
+        # the claim or heartbeat that last covered it: before gc could take it.
+        self.beat_at = 0.0  # time.monotonic() when that claim or heartbeat was sent
+        self._hold_for = 0.0
+        self.guard = guard.Guard()
         self._gave_up = False  # the database stayed away for a whole reconnect window
         # Liveness (liveness.py): "file" (SQLite's flock), "session" (a server lock
         # that dies with the connection: fenced), or None (heartbeats alone).
@@ -148,6 +157,7 @@ class Drain:
                 signal.signal(sig, handler)
             if self.watchdog is not None:
                 self.watchdog.close()
+            self.guard.close()
             if self._file_lock is not None:
                 self._file_lock.release()
             self.report.seconds = time.monotonic() - started
@@ -156,19 +166,25 @@ class Drain:
 
     def _take_liveness(self) -> None:
         """Hold a lock named after this drain's owner token for as long as it runs, and
-        mark the token so gc knows to look at it (liveness.py)."""
+        mark the token so gc knows to look at it (liveness.py); start the watchdog."""
         token = self.owner + liveness.LIVE_MARK
         if self.backend.kind == "sqlite":
             try:
                 self._file_lock = liveness.FileLock(self.config.lock_dir, token)
+                self.owner, self.live = token, "file"
             except OSError as exc:
                 log.info("no drain lock file (%s): heartbeats alone show this drain alive", exc)
-                return
-            self.owner, self.live = token, "file"
-            return
-        if self._db(lambda b: b.live_lock_take(token)):
+        elif self._db(lambda b: b.live_lock_take(token)):
             self.owner, self.live = token, "session"
-            self.watchdog = liveness.Watchdog(lambda: self.last_proof, self._fence)
+        fence = liveness.FENCE if self.live == "session" else None
+        self.watchdog = liveness.Watchdog(
+            lambda: self.last_proof, self._fence, fence=fence, keep=self._keep
+        )
+
+    def _keep(self, now: float) -> None:
+        # The watchdog's thread: the running handler may go on FENCE seconds past
+        # this sign of life, and never past the time gc could take its message.
+        self.guard.renew(min(now + liveness.FENCE, self.beat_at + self._hold_for))
 
     def _fence(self) -> None:
         # The watchdog's thread: only a signal to the handler, nothing else.
@@ -328,6 +344,9 @@ class Drain:
         batch = self._db(claim)
         self._lease_for = queue.stalled_after / 2
         self.lease_until = asked + self._lease_for
+        self.beat_at = asked
+        # A margin for the SIGKILL to land, and for two hosts' clocks to drift apart.
+        self._hold_for = queue.stalled_after - min(queue.stalled_after / 4, 5.0)
         self.held = {m.id for m in batch}
         self.report.claimed += len(batch)
         if batch:
@@ -338,7 +357,7 @@ class Drain:
         # At least once a second: the run log learns which message runs for long.
         tick_every = max(min(queue.stalled_after / 3, 1.0), 0.05)
         beat_every = queue.stalled_after / 3
-        fenced = self.watchdog is not None
+        fenced = self.live == "session"
         if fenced:
             tick_every = min(tick_every, liveness.PROBE_EVERY)
         self._last_beat = time.monotonic()
@@ -372,6 +391,7 @@ class Drain:
         ]
         self.runlog.batch(batch)
         results = runner.run_many(jobs, admit, queue.timeout or None, tick, tick_every, not_after)
+        self.guard.arm(min(time.monotonic() + liveness.FENCE, self.beat_at + self._hold_for))
         if self.watchdog is not None:
             self.watchdog.arm()
         try:
@@ -388,6 +408,7 @@ class Drain:
         finally:
             if self.watchdog is not None:
                 self.watchdog.disarm()
+            self.guard.disarm()
             if self.done:
                 self._acknowledge_group(queue)
             if self.held:
@@ -450,6 +471,8 @@ class Drain:
                     )  # fmt: skip
                 continue
             self.held.discard(message.id)
+            if outcome.started and not outcome.ok and self.guard.fired():
+                outcome = handlers.Outcome(ok=False, error=GUARD_FIRED)
             if self.signals > 1 and not outcome.ok:
                 outcome = handlers.Outcome(ok=False, error="interrupted: the drain was stopped")
             if outcome.ok and self._deferrable(queue, message):
@@ -571,6 +594,7 @@ class Drain:
                 still = set(self._db(lambda b: b.owned(ids, self.owner), patience=2.0))
                 self.held &= still
             self.lease_until = asked + self._lease_for
+            self.beat_at = asked
             # Every stalled_after/3 at most: a clock step is seen by the drains
             # that hold messages, whoever runs gc.
             clock.observe_quietly(self.backend)

@@ -201,17 +201,27 @@ def mark_dead(backend: Backend, queue: str, suspects: dict[str, float] | None = 
 
 
 class Watchdog:
-    """Stops the running handler when the drain's session went unproven for FENCE s.
+    """A thread of the drain's that acts while a batch runs, even when the main
+    thread cannot (a query stuck on a dead socket, a handler's long wait):
 
-    A thread, so that a query hanging on a dead socket cannot hold the fence up;
-    ``stop`` must be safe to call from another thread (the runners' kill is: it
-    only sends a signal).
+    - ``keep(now)`` every WATCH_EVERY: renews the handler's lease (guard.py), so
+      the lease ends soon after this thread stops, that is, after the drain does;
+    - with ``fence``: stops the running handler when the drain's session went
+      unproven for ``fence`` seconds (``stop`` must be safe from another thread:
+      the runners' kill only sends a signal).
     """
 
-    def __init__(self, proof: Callable[[], float], stop: Callable[[], None], fence: float = FENCE):
+    def __init__(
+        self,
+        proof: Callable[[], float],
+        stop: Callable[[], None],
+        fence: float | None = FENCE,
+        keep: Callable[[float], None] | None = None,
+    ):
         self.proof = proof
         self.stop_handler = stop
         self.fence = fence
+        self.keep = keep
         self.fired = False
         # A plain flag, not an Event: the drain arms it per batch, and waking
         # this thread each time would cost a batch of one a GIL hand-over.
@@ -237,10 +247,15 @@ class Watchdog:
             if now - previous > STALE_WAKE:
                 # This thread did not run for a while: the process was stopped
                 # (SIGSTOP, a frozen VM) or starved, the main thread with it. Its
-                # session may well be alive: give it FENCE to show so.
+                # session may well be alive: give it FENCE to show so. (The guard
+                # has stopped a handler that ran meanwhile: see guard.py.)
                 resumed = now
             previous = now
-            if self.armed and now - max(self.proof(), resumed) >= self.fence:
+            if not self.armed:
+                continue
+            if self.keep is not None:
+                self.keep(now)
+            if self.fence is not None and now - max(self.proof(), resumed) >= self.fence:
                 self.fired = True
                 self.stop_handler()
                 self.armed = False

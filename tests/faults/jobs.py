@@ -62,6 +62,22 @@ def slow(payload: dict) -> None:
     event(_history(), key, "success")
 
 
+def ticking(payload: dict) -> None:
+    """Runs ``sleep`` seconds, writing a tick every TICK s to $MQ_FAULT_HISTORY.ticks,
+    then succeeds: the last tick of a killed run says until when it was alive."""
+    key = payload["k"]
+    path = _history()
+    event(path, key, "start")
+    end = time.monotonic() + float(payload.get("sleep", 0))
+    while time.monotonic() < end:
+        record(path + ".ticks", msg=key, pid=os.getpid(), t=time.time())
+        time.sleep(min(TICK, max(end - time.monotonic(), 0.0)))
+    event(path, key, "success")
+
+
+TICK = 0.05
+
+
 def roundtrip(payload: object) -> None:
     """Records what it received, exactly: bytes as base64, anything else as JSON."""
     # mq_cli.current_message() is what the README documents, but it is not
@@ -89,4 +105,7 @@ def capture() -> int:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["capture"]:
         sys.exit(capture())
-    sys.exit(f"usage: {sys.argv[0]} capture [ARGS...]")
+    if sys.argv[1:2] == ["ticking"]:  # exec: handler: the drain is our parent
+        ticking(json.loads(sys.stdin.buffer.read()))
+        sys.exit(0)
+    sys.exit(f"usage: {sys.argv[0]} capture [ARGS...] | ticking")

@@ -1,0 +1,219 @@
+"""A handler never outlives its drain's ability to stop it.
+
+Handlers run in sessions of their own (a terminal's Ctrl-C reaches the drain,
+which lets the running handler finish), so nothing stops them when their drain
+is stopped: SIGSTOP of the drain or of its process group, Ctrl-Z, a drain
+frozen or starved. Such a drain can neither heartbeat its messages nor fence
+its handler; gc rightly requeues them after ``stalled_after`` and another drain
+runs them, while the first run would go on.
+
+So while a handler may run, the drain keeps renewing a lease (a thread of its
+own, ``liveness.Watchdog``): the lease ends FENCE seconds after the drain's
+last sign of life, and before the time gc could take what the drain holds.
+This guard, a small process in a session of its own started with the drain's
+first batch, SIGKILLs the process groups of the drain's handlers (its children
+that lead a group: the Python worker, an ``exec:`` program, and what they
+started) the moment the lease runs out, and when the drain dies while one runs.
+
+The drain writes 8-byte ``>d`` records on the guard's stdin pipe: a lease as a
+``time.monotonic()`` (one clock for every process of the host), or NaN when no
+handler runs. The guard writes one byte to its report pipe each time it fires.
+
+Run as a script (``python -I -S guard.py FD PID REPORT_FD``), it imports only
+the standard library, so it starts in a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+RECORD = struct.Struct(">d")
+#: a lease is sent again once it has grown by this much (fewer writes, same bound)
+RESEND = 0.2
+
+
+def _handler_groups(drain: int) -> list[int]:
+    """Process groups led by children of ``drain`` (handlers run in their own)."""
+    me = os.getpid()
+    groups = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        ppid, pgrp = int(fields[1]), int(fields[2])
+        if ppid == drain and pgrp == int(name):
+            groups.append(pgrp)
+    return groups
+
+
+def _kill_handlers(drain: int) -> None:
+    for group in _handler_groups(drain):
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def serve(fd: int, drain: int, report: int) -> None:
+    """The guard's loop: watch the lease on ``fd`` for ``drain``."""
+    import select
+
+    lease = math.nan
+    pending = b""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    while True:
+        wait = None if math.isnan(lease) else max(lease - time.monotonic(), 0.0)
+        if poller.poll(None if wait is None else math.ceil(wait * 1000)):
+            chunk = os.read(fd, 4096)
+            if not chunk:  # the drain is gone: a handler it ran must not go on
+                if not math.isnan(lease):
+                    _kill_handlers(drain)
+                return
+            pending += chunk
+            whole = len(pending) - len(pending) % RECORD.size
+            if whole:
+                (lease,) = RECORD.unpack_from(pending, whole - RECORD.size)
+                pending = pending[whole:]
+            continue
+        if not math.isnan(lease) and time.monotonic() >= lease:
+            _kill_handlers(drain)
+            lease = math.nan
+            try:
+                os.write(report, b"!")
+            except OSError:
+                pass
+
+
+def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the drain's Ctrl-C is not ours
+    serve(int(argv[0]), int(argv[1]), int(argv[2]))
+    return 0
+
+
+class Guard:
+    """The drain's side: start the guard, arm it for a batch, renew, disarm.
+
+    ``renew`` runs on the watchdog's thread while the drain's main thread arms
+    and disarms: a lock keeps a renewal from landing after a disarm.
+    """
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._wfd = -1
+        self._rfd = -1
+        self._lock = threading.Lock()
+        self.armed = False
+        self._sent = -math.inf
+
+    def arm(self, lease: float) -> None:
+        with self._lock:
+            self._start()
+            self.armed = True
+            self._write(lease)
+
+    def renew(self, lease: float) -> None:
+        with self._lock:
+            if self.armed and lease - self._sent >= RESEND:
+                self._write(lease)
+
+    def disarm(self) -> None:
+        with self._lock:
+            if self.armed:
+                self.armed = False
+                self._write(math.nan)
+
+    def fired(self) -> bool:
+        """Whether the guard stopped a handler since the last call."""
+        if self._rfd < 0:
+            return False
+        try:
+            return bool(os.read(self._rfd, 64))
+        except BlockingIOError:
+            return False
+
+    def close(self) -> None:
+        with self._lock:
+            self.armed = False
+            if self._proc is None:
+                return
+            os.close(self._wfd)  # EOF: it exits (disarmed: killing nothing)
+            os.close(self._rfd)
+            self._wfd = self._rfd = -1
+            try:
+                self._proc.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+
+    def _write(self, lease: float) -> None:
+        try:
+            os.write(self._wfd, RECORD.pack(lease))
+        except BlockingIOError:  # full: the guard is stopped too; it reads all later
+            pass
+        except BrokenPipeError:  # it died (OOM?): start another at the next arm
+            self._forget()
+            return
+        self._sent = lease if not math.isnan(lease) else -math.inf
+
+    def _start(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        self._forget()
+        lease_r, lease_w = os.pipe()
+        report_r, report_w = os.pipe()
+        try:
+            self._proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    __file__,
+                    str(lease_r),
+                    str(os.getpid()),
+                    str(report_w),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                pass_fds=(lease_r, report_w),
+                # Not in the drain's process group: stopping that must not stop us.
+                start_new_session=True,
+            )
+        except BaseException:
+            os.close(lease_w)
+            os.close(report_r)
+            raise
+        finally:
+            os.close(lease_r)
+            os.close(report_w)
+        os.set_blocking(lease_w, False)
+        os.set_blocking(report_r, False)
+        os.set_inheritable(lease_w, False)
+        self._wfd, self._rfd = lease_w, report_r
+
+    def _forget(self) -> None:
+        for fd in (self._wfd, self._rfd):
+            if fd >= 0:
+                os.close(fd)
+        self._wfd = self._rfd = -1
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
