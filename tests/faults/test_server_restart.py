@@ -14,8 +14,8 @@ import pytest
 
 from tests import servers
 from tests.conftest import Db, cannot_run_here
-from tests.faults.harness import chaos_monkey, crontab
-from tests.faults.history import Disruption
+from tests.faults.harness import DrainProc, chaos_monkey, crontab, wait_for
+from tests.faults.history import Disruption, read
 from tests.faults.scenario import BATCH, POISON, Scenario
 
 pytestmark = pytest.mark.slow
@@ -28,6 +28,11 @@ PER_QUEUE = 900
 # retry for ~15 s, up to ~20 s with their backoff); the second outlasts that,
 # so drains holding messages give up with exit 3 and leave them to gc.
 DOWN_FOR = (3.0, 25.0)
+# The long outage must find a drain holding a message: one of its own, whose
+# handler runs this long, seen running before the server is stopped. Its drain
+# cannot prove its session for liveness.FENCE (2 s) and stops it, then gives up.
+HOLD = {"handler": "tests.faults.jobs:slow", "concurrency": 1}
+HOLD_SLEEP = 8.0
 # A drain alive while the server was down could not heartbeat: gc may requeue
 # what it held until it reconnects (at most RECONNECT_FOR later) and sees
 # that its --max-seconds are over.
@@ -65,7 +70,8 @@ def private_server(request, tmp_path):
 
 def test_server_stopped_and_started_twice(private_server, tmp_path):
     server, db = private_server
-    s = Scenario(tmp_path, db.url, db.sql, {"alpha": {}, "beta": {}, "poison": POISON}, db.env())
+    queues = {"alpha": {}, "beta": {}, "poison": POISON, "hold": HOLD}
+    s = Scenario(tmp_path, db.url, db.sql, queues, db.env())
     s.enqueue("alpha", PER_QUEUE, **WORK)
     s.enqueue("beta", PER_QUEUE, **WORK)
     s.enqueue("poison", 20)
@@ -79,6 +85,7 @@ def test_server_stopped_and_started_twice(private_server, tmp_path):
     chaos = chaos_monkey(s.fleet, every=(1.0, 3.0), rng=random.Random(13))
     gc = s.gc_loop(every=4.0, allow_exit_3=True)
     outages: list[tuple[float, float]] = []
+    holder: DrainProc | None = None
     try:
         for loop in (cron, chaos, gc):
             loop.start()
@@ -87,6 +94,8 @@ def test_server_stopped_and_started_twice(private_server, tmp_path):
             # no kills while the server is away: the drains that ride out the
             # outage, or give up holding messages, are what is under test here
             chaos.paused.set()
+            if down_for == max(DOWN_FOR):
+                holder = _holding_a_message(s)
             down = time.time()
             server.stop()  # SIGTERM to this server's own pid; waits for it to exit
             time.sleep(down_for)
@@ -104,6 +113,7 @@ def test_server_stopped_and_started_twice(private_server, tmp_path):
             server.start()
 
     gave_up = [d for d in s.fleet.drains if d.proc.returncode == 3 and "gc --stalled" in d.stderr()]
+    assert holder is not None
     hit = [
         Disruption(d.pid, up + AFTER_OUTAGE, "server down")
         for d in s.fleet.drains
@@ -123,6 +133,21 @@ def test_server_stopped_and_started_twice(private_server, tmp_path):
     assert analysis.violations == []
     assert len(outages) == 2
     assert codes[3] > 0, "some drains should have met the stopped server"
-    assert gave_up, "a drain holding messages gave up in the long outage, pointing at gc"
+    assert holder in gave_up, (
+        f"the drain holding a message in the long outage exited {holder.proc.returncode}, "
+        f"not 3 pointing at gc: {holder.stderr()[-600:]}"
+    )
     kills = len(s.fleet.killed())
     assert analysis.duplicates <= (kills + codes[3] + len(hit)) * BATCH
+
+
+def _holding_a_message(s: Scenario) -> DrainProc:
+    """A drain of its own, seen running a message that outlasts the outage's start."""
+    s.enqueue("hold", 1, sleep=HOLD_SLEEP)
+    key = max((k for k, q in s.enqueued.items() if q == "hold"), key=lambda k: int(k.split("-")[1]))
+    holder = s.fleet.start("hold")
+    wait_for(
+        lambda: any(r["msg"] == key and r["event"] == "start" for r in read(s.history)), 30, 0.05
+    )
+    assert holder.proc.poll() is None, holder.stderr()
+    return holder
