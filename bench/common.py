@@ -519,10 +519,20 @@ class Target:
         delay_seconds: int = 0,
         priority: int = 0,
         queue: str = QUEUE,
+        errors: int = 0,
+        keys: str | None = None,
     ) -> float:
-        """Bulk-load ``n`` messages server-side (a bulk load, as after an import); seconds."""
+        """Bulk-load ``n`` messages server-side (a bulk load, as after an import); seconds.
+
+        A ready message with a delay is stored as mq stores it: 'delayed' (schema 4).
+        ``keys``: a prefix; each message gets the unique key prefix + its number.
+        """
         started = time.perf_counter()
         pad = "x" * (PAYLOAD_SIZE - 10)
+        if status == "ready" and delay_seconds > 0:
+            status = "delayed"
+        if status == "failed" and not errors:
+            errors = 10
         if self.kind == "mysql":
             conn = mysql_connect(self.url)
             with conn.cursor() as cur:
@@ -531,18 +541,12 @@ class Target:
                     step = min(200_000, n - done)
                     cur.execute(
                         f"INSERT INTO `{TABLE}` (queue, status, priority, available_at, "  # noqa: S608
-                        "created_at, error_count, payload) "
+                        "created_at, error_count, unique_key, payload) "
                         "SELECT %s, %s, %s, TIMESTAMPADD(SECOND, %s, UTC_TIMESTAMP(6)), "
-                        "UTC_TIMESTAMP(6), %s, CONCAT('{\"n\":', seq, ',\"pad\":\"', %s, '\"}') "
+                        "UTC_TIMESTAMP(6), %s, IF(%s IS NULL, NULL, CONCAT(%s, seq + %s)), "
+                        "CONCAT('{\"n\":', seq, ',\"pad\":\"', %s, '\"}') "
                         f"FROM seq_1_to_{step}",
-                        (
-                            queue,
-                            status,
-                            priority,
-                            delay_seconds,
-                            10 if status == "failed" else 0,
-                            pad,
-                        ),
+                        (queue, status, priority, delay_seconds, errors, keys, keys, done, pad),
                     )
                     done += step
             conn.close()
@@ -552,12 +556,11 @@ class Target:
             conn.execute(
                 "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < ?) "  # noqa: S608
                 f'INSERT INTO "{TABLE}" (queue, status, priority, available_at, created_at, '
-                "error_count, payload) "
+                "error_count, unique_key, payload) "
                 "SELECT ?, ?, ?, strftime('%Y-%m-%d %H:%M:%f', 'now', ?), "
-                "strftime('%Y-%m-%d %H:%M:%f', 'now'), ?, "
+                "strftime('%Y-%m-%d %H:%M:%f', 'now'), ?, CASE WHEN ? IS NULL THEN NULL ELSE ? || x END, "
                 "CAST('{\"n\":' || x || ',\"pad\":\"' || ? || '\"}' AS BLOB) FROM c",
-                (n, queue, status, priority, f"+{delay_seconds} seconds",
-                 10 if status == "failed" else 0, pad),
+                (n, queue, status, priority, f"+{delay_seconds} seconds", errors, keys, keys, pad),
             )  # fmt: skip
             conn.execute("COMMIT")
             conn.close()

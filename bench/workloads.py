@@ -392,12 +392,32 @@ def runner_micro(count: int, workdir: Path) -> dict[str, Any]:
 # -- scale ------------------------------------------------------------------------
 
 
-SCENARIOS = [
-    # name, ready, failed, delayed, delayed priority
-    ("10k ready", 10_000, 0, 0, 0),
-    ("1M ready", 1_000_000, 0, 0, 0),
-    ("1M ready + 1M failed/delayed", 1_000_000, 500_000, 500_000, 0),
-    ("10k ready + 1M delayed at higher priority", 10_000, 0, 1_000_000, 1),
+#: name, ready rows, and what else the table holds: (rows, Target.fill keywords);
+#: rows of 1,000,000 scale with --quick's smaller size
+SCENARIOS: list[tuple[str, int, list[tuple[int, dict[str, Any]]]]] = [
+    ("10k ready", 10_000, []),
+    ("1M ready", 1_000_000, []),
+    ("1M ready + 1M failed", 1_000_000, [(1_000_000, {"status": "failed"})]),
+    (
+        "10k ready + 1M delayed at higher priority",
+        10_000,
+        [(1_000_000, {"delay_seconds": 86_400, "priority": 5})],
+    ),
+    (
+        "10k ready + 1M retries in backoff at higher priority",
+        10_000,
+        [(1_000_000, {"delay_seconds": 3_600, "priority": 5, "errors": 3})],
+    ),
+    (
+        "10k ready + 1M unique-key tombstones",
+        10_000,
+        [(1_000_000, {"status": "done", "delay_seconds": 86_400, "keys": "k"})],
+    ),
+    (
+        "100 queues of 10k each",
+        10_000,
+        [(10_000, {"queue": f"other{i}"}) for i in range(99)],
+    ),
 ]
 
 
@@ -409,16 +429,16 @@ def scale(t: Target, measure: int, big: int) -> list[dict[str, Any]]:
     Then `mq drain --max-messages` through the CLI on the same table.
     """
     results = []
-    for name, ready, failed, delayed, delayed_priority in SCENARIOS:
-        scale_factor = big / 1_000_000
-        ready = int(ready * scale_factor) if ready >= 1_000_000 else ready
-        failed, delayed = int(failed * scale_factor), int(delayed * scale_factor)
+
+    def sized(rows: int) -> int:
+        return int(rows * big / 1_000_000) if rows >= 1_000_000 else rows
+
+    for name, ready, others in SCENARIOS:
+        ready = sized(ready)
         t.reset()
         load = 0.0
-        if failed:
-            load += t.fill(failed, status="failed")
-        if delayed:
-            load += t.fill(delayed, delay_seconds=3600, priority=delayed_priority)
+        for rows, fill in others:
+            load += t.fill(sized(rows), **fill)
         load += t.fill(ready)
         plan = t.explain(100)
         take = min(measure, ready)
@@ -435,9 +455,7 @@ def scale(t: Target, measure: int, big: int) -> list[dict[str, Any]]:
         result = {
             "scenario": name,
             "ready": ready,
-            "failed": failed,
-            "delayed": delayed,
-            "delayed_priority": delayed_priority,
+            "others": sum(sized(rows) for rows, _ in others),
             "load_seconds": load,
             "explain": plan,
             "claim_rate": claim["claim_rate"],
@@ -447,7 +465,7 @@ def scale(t: Target, measure: int, big: int) -> list[dict[str, Any]]:
             "drained": report["succeeded"],
         }
         log(
-            f"  {t.label:7} {name:44} claim {result['claim_rate']:9.0f} msg/s "
+            f"  {t.label:7} {name:52} claim {result['claim_rate']:9.0f} msg/s "
             f"({result['ms_per_claim']:.2f} ms/claim)  drain {result['drain_rate']:7.0f} msg/s"
         )
         results.append(result)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 #: the table layout this release writes; recorded in <table>_meta by `mq init`
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 from .errors import (  # noqa: E402
     ConfigError,

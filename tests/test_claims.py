@@ -71,7 +71,8 @@ def test_failure_backoff_and_failed_state(db):
         assert b.ack_failure(first, "me", "boom", 3600, False)
         assert b.ack_failure(second, "me", "gave up", 0, True)
         got = db.sql("SELECT status, error_count, last_error, owner FROM mq_messages ORDER BY id")
-        assert got == [("ready", 1, "boom", None), ("failed", 1, "gave up", None)]
+        # Stored 'delayed' while in its backoff (schema 4): users see it as ready.
+        assert got == [("delayed", 1, "boom", None), ("failed", 1, "gave up", None)]
         assert b.claim("q", 5, "me") == []  # one backs off an hour, one is failed
 
 

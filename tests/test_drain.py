@@ -34,9 +34,11 @@ def enqueue(db, queue: str, *payloads: str, extra: tuple[str, ...] = ()) -> list
 
 
 def rows(db, queue: str) -> list[tuple]:
+    """The queue's rows with the status users see: a message stored 'delayed' (not
+    due yet, schema 4) is a ready one."""
     return db.sql(
-        "SELECT id, status, error_count, last_error, owner FROM mq_messages "
-        "WHERE queue = %s ORDER BY id",
+        "SELECT id, CASE WHEN status = 'delayed' THEN 'ready' ELSE status END, error_count, "
+        "last_error, owner FROM mq_messages WHERE queue = %s ORDER BY id",
         (queue,),
     )
 

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from mq_cli import SCHEMA_VERSION
 from mq_cli.runlog import Histogram
 
 HANDLER = "tests.handlers:sleeps"
@@ -118,7 +119,9 @@ def test_init_migrates_a_version_2_table(db):
     if db.kind != "sqlite":  # SQLite migrates itself on first use
         stats = db.run("stats")
         assert stats.exit_code == 3
-        assert "schema version 2 is older than this mq (3): run `mq init`" in stats.stderr
+        assert f"schema version 2 is older than this mq ({SCHEMA_VERSION}): run `mq init`" in (
+            stats.stderr
+        )
         assert "run log" in stats.stderr
     result = db.run("init")
     assert result.exit_code == 0, result.output

@@ -229,3 +229,32 @@ def test_the_check_is_once_per_connection_and_cheap(db):
         each = (time.perf_counter() - started) / 20
     print(f"{db.kind}: schema check {each * 1000:.2f} ms per connection")
     assert each < 0.05
+
+
+def test_version_3_delayed_messages_get_their_status_and_index(db, ran):
+    """Schema 4 stores messages not due yet as 'delayed' beside an index of their own;
+    `mq init` migrates a version 3 table keeping every row and what users see."""
+    assert enqueue(db, "1").exit_code == 0
+    assert enqueue(db, "--delay", "1h", "2").exit_code == 0
+    assert enqueue(db, "--delay", "1s", "3").exit_code == 0
+    # A version 3 table: no due index, every waiting message stored 'ready'.
+    drop_index(db, "mq_messages_due")
+    db.sql("UPDATE mq_messages SET status = 'ready' WHERE status = 'delayed'")
+    set_version(db, "3")
+    if db.kind != "sqlite":  # SQLite migrates itself on first use
+        refused = db.run("stats")
+        assert refused.exit_code == 3 and "run `mq init`" in refused.stderr
+        result = db.run("init")
+        assert result.exit_code == 0, result.output
+        assert "migrated 3 -> 4" in result.stdout and "restored index mq_messages_due" in (
+            result.stdout
+        )
+    counts = json.loads(db.run("stats", "--json").stdout)["jobs"]
+    assert (counts["ready"], counts["delayed"]) == (1, 2)
+    assert [s for _, s in statuses(db)] == ["ready", "delayed", "delayed"]
+    listed = json.loads(db.run("list", "-q", "jobs", "--json").stdout)
+    assert [m["status"] for m in listed] == ["ready", "ready", "ready"]
+    time.sleep(1.1)  # the 1 s delay: due now, still stored 'delayed' until a drain promotes it
+    assert drain(db).exit_code == 0
+    assert [r["payload"] for r in ran()] == [1, 3]
+    assert [s for _, s in statuses(db)] == ["delayed"]

@@ -22,7 +22,7 @@ from ..errors import (
     SchemaMissing,
 )
 from ..liveness import lock_name
-from .sqlcore import RETRIES, SqlBackend, Tx, insert_each, insert_rows
+from .sqlcore import RETRIES, SqlBackend, Tx, initial_status, insert_each, insert_rows
 from .sqlcore import queries as dialect_queries
 
 log = logging.getLogger("mq")
@@ -121,6 +121,7 @@ class MysqlBackend(SqlBackend):
 
     def __init__(self, settings: DatabaseSettings, table: str, *, create: bool = False):
         self.settings = settings
+        self._promoted = {}
         #: claim with plain FOR UPDATE even where SKIP LOCKED exists (tests force the old path)
         self.force_locking_claim = False
         self.table = table
@@ -357,13 +358,14 @@ class MysqlBackend(SqlBackend):
         when: object,
         priority: int,
         unique_key: str | None,
+        status: str,
     ) -> list[int | None]:
         info = self.server
         if unique_key is not None or (not info.returning and info.lock_mode == 2):
             # One by one: a unique key may be taken; with interleaved auto-increment a
             # multi-row INSERT's ids may not be consecutive.
             return insert_each(
-                tx, self._sql, queue, payloads, when, priority, unique_key, duplicate
+                tx, self._sql, queue, payloads, when, priority, unique_key, duplicate, status
             )
         # The server refuses a statement whose values add up to more than half
         # of max_allowed_packet (measured: the connection drops), escaped or not.
@@ -373,7 +375,9 @@ class MysqlBackend(SqlBackend):
             statement, ids = "insert_returning", _returned
         else:
             statement, ids = "insert", self._stepped
-        return insert_rows(tx, self._sql, queue, payloads, when, priority, chunking, ids, statement)
+        return insert_rows(
+            tx, self._sql, queue, payloads, when, priority, chunking, ids, statement, status
+        )
 
     def _stepped(self, tx: Tx, statement: str, params: list[object], count: int) -> list[int]:
         first = tx.insert(statement, params)
@@ -416,7 +420,7 @@ def insert_in_transaction(
                     )
             ids = insert_each(
                 Tx(cursor), queries(table), queue, [payload], int(delay * 1e6), priority,
-                unique_key, duplicate,
+                unique_key, duplicate, initial_status(delay),
             )  # fmt: skip
     except pymysql.MySQLError as exc:
         if error_code(exc) == ER_NO_SUCH_TABLE:

@@ -17,7 +17,7 @@ from ..errors import (
     SchemaMissing,
 )
 from ..liveness import lock_key
-from .sqlcore import SqlBackend, Tx, insert_each, insert_rows
+from .sqlcore import SqlBackend, Tx, initial_status, insert_each, insert_rows
 from .sqlcore import queries as dialect_queries
 
 log = logging.getLogger("mq")
@@ -93,8 +93,8 @@ def _text(exc: BaseException) -> str:
 class PostgresBackend(SqlBackend):
     kind = dialect = "postgres"
     ddl_names = (
-        "create_table", "create_claim_index", "create_unique_index", "create_meta",
-        *SqlBackend.runlog_ddl,
+        "create_table", "create_claim_index", "create_unique_index", "create_due_index",
+        "create_meta", *SqlBackend.runlog_ddl,
     )  # fmt: skip
     #: bytea holds up to 1 GB; payloads travel as binary parameters (no escaping)
     max_payload = 1_000_000_000 - 1024
@@ -107,6 +107,7 @@ class PostgresBackend(SqlBackend):
     def __init__(self, settings: DatabaseSettings, table: str, *, create: bool = False):
         require_driver()
         self.settings = settings
+        self._promoted = {}
         self.table = table
         self._sql = queries(table)
         self.driver_errors = (psycopg.Error,)
@@ -316,8 +317,9 @@ class PostgresBackend(SqlBackend):
         when: object,
         priority: int,
         unique_key: str | None,
+        status: str,
     ) -> list[int | None]:
-        return insert_messages(tx, self._sql, queue, payloads, when, priority, unique_key)
+        return insert_messages(tx, self._sql, queue, payloads, when, priority, unique_key, status)
 
     # -- waking drains on any host (LISTEN/NOTIFY) -----------------------------
 
@@ -372,12 +374,15 @@ def insert_messages(
     when: object,
     priority: int,
     unique_key: str | None,
+    status: str,
 ) -> list[int | None]:
     """Insert inside the caller's transaction (ours, or an application's)."""
     if unique_key is not None:
-        return insert_each(tx, sql, queue, payloads, when, priority, unique_key, lambda e: False)
+        return insert_each(
+            tx, sql, queue, payloads, when, priority, unique_key, lambda e: False, status
+        )
     chunking = (1000, 64 << 20, lambda p: len(p) + 64)
-    return insert_rows(tx, sql, queue, payloads, when, priority, chunking, _returned)
+    return insert_rows(tx, sql, queue, payloads, when, priority, chunking, _returned, status=status)
 
 
 def _returned(tx: Tx, statement: str, params: list[object], count: int) -> list[int]:
@@ -406,8 +411,9 @@ def insert_in_transaction(
         with conn.cursor(row_factory=psycopg.rows.tuple_row) as cursor:
             sql = queries(table)
             ids = insert_messages(
-                Tx(cursor), sql, queue, [payload], float(delay), priority, unique_key
-            )
+                Tx(cursor), sql, queue, [payload], float(delay), priority, unique_key,
+                initial_status(delay),
+            )  # fmt: skip
             if notify and not delay and ids[0] is not None:
                 # Delivered when the application commits, not before.
                 Tx(cursor).rows(sql["notify"], (wake_channel(table), queue))

@@ -22,6 +22,11 @@ Schema versions:
   (mq_cli/runlog.py); the queue table is unchanged. A drain never fails for
   want of them, so :func:`problems` does not look for them; `mq init` restores
   them.
+- 4: messages not due yet (a delay, a retry's backoff, a dead drain's grace)
+  are stored with status 'delayed', beside the index ``{table}_due`` by which
+  drains make them 'ready' when due; claims read ready rows only, so their cost
+  does not grow with the rows they cannot take. Users still see such messages
+  as ready (delayed until their time), as before.
 
 A migration step ``n`` takes a table from version n to n + 1; after the steps,
 :func:`migrate` restores any missing column or index, then records the version.
@@ -59,6 +64,7 @@ def index_names(table: str) -> dict[str, tuple[str, bool]]:
     return {
         f"{table}_claim": ("claims follow it", False),
         f"{table}_unique": ("it enforces --unique-key", True),
+        f"{table}_due": ("delayed messages become ready by it", False),
     }
 
 
@@ -146,13 +152,22 @@ def _create_runlog(backend: Backend, verb: str) -> list[str]:
     return [f"{verb} table {name} (the run log: mq status)" for name in missing]
 
 
+def _step_3(backend: Backend) -> list[str]:
+    """3 -> 4: messages not due yet get the status 'delayed' (_repair adds their index)."""
+    backend.run_schema("migrate_3_delayed")
+    return ["messages not due yet have the status 'delayed' (claims skip them)"]
+
+
 #: STEPS[n] takes a version-n table to version n + 1
-STEPS: dict[int, Callable[[Backend], list[str]]] = {0: _step_0, 1: _step_1, 2: _step_2}
+STEPS: dict[int, Callable[[Backend], list[str]]] = {
+    0: _step_0, 1: _step_1, 2: _step_2, 3: _step_3,
+}  # fmt: skip
 #: what STEPS[n] changes, as `mq init`'s hint says it
 PENDING = {
     0: "records the schema version",
     1: "MySQL: moves the unique-key index",
     2: "adds the run log's tables, for mq status",
+    3: "gives messages not due yet a status and an index of their own",
 }
 
 
@@ -195,7 +210,8 @@ def _repair(backend: Backend, shape: Shape) -> list[str]:
         if column not in shape.columns:
             backend.run_schema(f"add_column_{column}")
             done.append(f"restored column {column} (its rows get the default)")
-    for name, what in (("_claim", "add_claim_index"), ("_unique", "add_unique_index")):
+    indexes = (("_claim", "add_claim_index"), ("_unique", "add_unique_index"))
+    for name, what in (*indexes, ("_due", "add_due_index")):
         if backend.table + name not in shape.indexes:
             try:
                 backend.run_schema(what)

@@ -32,6 +32,9 @@ T = TypeVar("T")
 
 #: tries of a statement that deadlocked (a dialect may raise it: Galera)
 RETRIES = 8
+#: seconds between two promotions of a queue's due delayed messages by one
+#: drain while its claims come back full (a short claim promotes at once)
+PROMOTE_EVERY = 0.5
 
 
 def queries(dialect: str, table: str, **more: str) -> dict[str, str]:
@@ -44,6 +47,12 @@ def queries(dialect: str, table: str, **more: str) -> dict[str, str]:
             sql = sql.replace("{" + key + "}", value)
         result[name] = sql
     return result
+
+
+def initial_status(delay: float) -> str:
+    """A new or retried message's status: 'delayed' until it is due (drains promote
+    it then: see create_due_index in sql/<dialect>.sql), else 'ready'."""
+    return "delayed" if delay > 0 else "ready"
 
 
 def backoff(attempt: int) -> None:
@@ -99,6 +108,7 @@ def insert_each(
     priority: int,
     unique_key: str | None,
     duplicate: Callable[[BaseException], bool],
+    status: str = "ready",
 ) -> list[int | None]:
     """One INSERT per message (the unique-key path): ids, None where the key was taken."""
     ids: list[int | None] = []
@@ -106,7 +116,8 @@ def insert_each(
         if unique_key is not None:
             tx.change(sql["purge_expired_key"], (queue, unique_key))
         try:
-            ids.append(tx.insert(sql["insert_one"], (queue, priority, when, unique_key, payload)))
+            params = (queue, status, priority, when, unique_key, payload)
+            ids.append(tx.insert(sql["insert_one"], params))
         except Exception as exc:
             if not duplicate(exc):
                 raise
@@ -124,6 +135,7 @@ def insert_rows(
     chunking: tuple[int, int, Callable[[bytes], int]],
     ids: Callable[[Tx, str, list[object], int], list[int]],
     statement: str = "insert",
+    status: str = "ready",
 ) -> list[int | None]:
     """Keyless messages in multi-row INSERTs of at most ``chunking`` = (rows, budget,
     cost); ``ids(tx, sql, params, count)`` runs one and says the new ids, in order."""
@@ -132,7 +144,7 @@ def insert_rows(
         values = ",".join([sql["insert_row"]] * len(chunk))
         params: list[object] = []
         for payload in chunk:
-            params += (queue, priority, when, None, payload)
+            params += (queue, status, priority, when, None, payload)
         result += ids(tx, sql[statement].replace("{values}", values), params, len(chunk))
     return result
 
@@ -168,6 +180,8 @@ class SqlBackend(SqlOperate, SqlRunLog):
     retries = RETRIES
     conn: Any
     _sql: dict[str, str]
+    #: queue -> time.monotonic() of this connection's last promotion of it
+    _promoted: dict[str, float]
 
     # -- what a dialect provides ------------------------------------------------
 
@@ -202,8 +216,10 @@ class SqlBackend(SqlOperate, SqlRunLog):
         when: object,
         priority: int,
         unique_key: str | None,
+        status: str,
     ) -> list[int | None]:
-        """Insert the messages inside ``tx``; ids in order, None where skipped."""
+        """Insert the messages inside ``tx``; ids in order, None where skipped.
+        ``status``: 'ready', or 'delayed' for messages not due yet (see :func:`initial_status`)."""
 
     def _cursor(self) -> Any:
         return self.conn.cursor()
@@ -378,7 +394,9 @@ class SqlBackend(SqlOperate, SqlRunLog):
         when = self._shift(delay)
 
         def body(tx: Tx) -> list[int | None]:
-            ids = self._insert(tx, queue, payloads, when, priority, unique_key)
+            ids = self._insert(
+                tx, queue, payloads, when, priority, unique_key, initial_status(delay)
+            )
             if wake and not delay and any(i is not None for i in ids):
                 self._wake(tx, queue)
             return ids
@@ -405,8 +423,25 @@ class SqlBackend(SqlOperate, SqlRunLog):
         """The claimed rows, in claim order (PostgreSQL: one statement, no BEGIN)."""
         return self._transaction(lambda tx: self._claim_rows(tx, queue, limit, owner))
 
-    def claim(self, queue: str, limit: int, owner: str) -> list[Message]:
+    def promote(self, queue: str) -> int:
+        """Make up to 1,000 of ``queue``'s due delayed messages ready; how many."""
+        self._promoted[queue] = time.monotonic()
+        return self._change(self._sql["promote"], (queue,))
+
+    def _claim_promoting(self, queue: str, limit: int, owner: str) -> list[Any]:
+        # Claims read ready rows only, so their cost does not grow with rows that
+        # are not due. A due delayed message becomes ready within PROMOTE_EVERY
+        # while the queue is busy, and before any claim comes back short of it.
+        promoted_now = time.monotonic() - self._promoted.get(queue, -PROMOTE_EVERY) >= PROMOTE_EVERY
+        if promoted_now:
+            self.promote(queue)
         rows = self._claim(queue, limit, owner)
+        if len(rows) < limit and not promoted_now and self.promote(queue):
+            rows += self._claim(queue, limit - len(rows), owner)
+        return rows
+
+    def claim(self, queue: str, limit: int, owner: str) -> list[Message]:
+        rows = self._claim_promoting(queue, limit, owner)
         time_of = self._time
         return [
             Message(
@@ -436,7 +471,7 @@ class SqlBackend(SqlOperate, SqlRunLog):
     def ack_failure(
         self, message: Message, owner: str, error: str, retry_in: float, failed: bool
     ) -> bool:
-        status = "failed" if failed else "ready"
+        status = "failed" if failed else initial_status(retry_in)
         params = (status, self._storable(error), self._shift(retry_in), message.id, owner)
         return self._change(self._sql["ack_failure"], params) == 1
 

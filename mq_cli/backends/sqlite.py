@@ -12,7 +12,7 @@ from typing import Any
 from ..dburl import DatabaseSettings
 from ..errors import DatabaseError, MqError, SchemaMissing
 from .base import SCHEMA_VERSION
-from .sqlcore import SqlBackend, Tx, insert_each, insert_rows
+from .sqlcore import SqlBackend, Tx, initial_status, insert_each, insert_rows
 from .sqlcore import queries as dialect_queries
 from .sqlite_wal import WalGuard
 
@@ -51,8 +51,8 @@ class SqliteBackend(SqlBackend):
     mark = "?"
     driver_errors = (sqlite3.DatabaseError,)
     ddl_names = (
-        "create_table", "create_claim_index", "create_unique_index", "create_meta",
-        *SqlBackend.runlog_ddl,
+        "create_table", "create_claim_index", "create_unique_index", "create_due_index",
+        "create_meta", *SqlBackend.runlog_ddl,
     )  # fmt: skip
     max_payload = 1_000_000_000 - 1024
     #: one writer at a time (BEGIN IMMEDIATE): nothing deadlocks, nothing to retry
@@ -73,6 +73,7 @@ class SqliteBackend(SqlBackend):
         another program's database into a queue)."""
         assert settings.path
         self.settings = settings
+        self._promoted = {}
         self.table = table
         self.path = settings.path
         self._sql = queries(table)
@@ -180,8 +181,9 @@ class SqliteBackend(SqlBackend):
         when: object,
         priority: int,
         unique_key: str | None,
+        status: str,
     ) -> list[int | None]:
-        return insert_messages(tx, self._sql, queue, payloads, when, priority, unique_key)
+        return insert_messages(tx, self._sql, queue, payloads, when, priority, unique_key, status)
 
 
 def duplicate(exc: BaseException) -> bool:
@@ -196,13 +198,15 @@ def insert_messages(
     when: object,
     priority: int,
     unique_key: str | None,
+    status: str,
 ) -> list[int | None]:
     """Insert inside the caller's transaction (ours, or an application's)."""
     if unique_key is not None:
-        return insert_each(tx, sql, queue, payloads, when, priority, unique_key, duplicate)
-    per_statement = max(1, min(1000, _MAX_VARIABLES // 5))
+        return insert_each(tx, sql, queue, payloads, when, priority, unique_key, duplicate, status)
+    per_statement = max(1, min(1000, _MAX_VARIABLES // 6))
+    chunking = (per_statement, 1 << 62, len)
     return insert_rows(
-        tx, sql, queue, payloads, when, priority, (per_statement, 1 << 62, len), _consecutive
+        tx, sql, queue, payloads, when, priority, chunking, _consecutive, status=status
     )
 
 
@@ -226,8 +230,9 @@ def insert_in_transaction(
     try:
         tx = Tx(conn.cursor())
         return insert_messages(
-            tx, queries(table), queue, [payload], offset(delay), priority, unique_key
-        )[0]
+            tx, queries(table), queue, [payload], offset(delay), priority, unique_key,
+            initial_status(delay),
+        )[0]  # fmt: skip
     except sqlite3.OperationalError as exc:
         if "no such table" in str(exc):
             raise SchemaMissing(f"the queue table {table!r} is missing: run `mq init`") from None

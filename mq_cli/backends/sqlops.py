@@ -27,6 +27,17 @@ def as_text(value: bytes | str | None) -> str | None:
     return value.decode("utf-8") if isinstance(value, (bytes, bytearray, memoryview)) else value
 
 
+def shown_status(stored: str) -> str:
+    """The status a message has for users: a 'delayed' row (not due yet when it was
+    stored, see create_due_index in sql/<dialect>.sql) is a ready message."""
+    return "ready" if stored == "delayed" else stored
+
+
+def stored_statuses(status: str) -> tuple[str, str]:
+    """The two stored statuses of a status users ask for (the same one twice but for ready)."""
+    return (status, "delayed") if status == "ready" else (status, status)
+
+
 class SqlOperate(Backend):
     """Operator methods over the plumbing SqlBackend provides."""
 
@@ -60,7 +71,7 @@ class SqlOperate(Backend):
         return Message(
             id=int(row[0]),
             queue=str(row[1]),
-            status=str(row[2]),
+            status=shown_status(str(row[2])),
             priority=int(row[3]),
             error_count=int(row[4]),
             created_at=self._time(row[5]),  # type: ignore[arg-type]
@@ -76,14 +87,15 @@ class SqlOperate(Backend):
         return self._time(self._rows(self._sql["now"])[0][0])  # type: ignore[return-value]
 
     def queues_with_status(self, status: str) -> list[str]:
-        return [str(row[0]) for row in self._rows(self._sql["queues_with_status"], (status,))]
+        rows = self._rows(self._sql["queues_with_status"], stored_statuses(status))
+        return [str(row[0]) for row in rows]
 
     def list_messages(
         self, queue: str, status: str | None, after_id: int, limit: int
     ) -> list[Message]:
         if status is None:
             return self._messages("list_all", (queue, after_id, limit))
-        return self._messages("list_status", (queue, status, after_id, limit))
+        return self._messages("list_status", (queue, *stored_statuses(status), after_id, limit))
 
     def find_stalled(
         self, queue: str, older_than: float, after_id: int | None, limit: int
@@ -178,4 +190,5 @@ class SqlOperate(Backend):
     def purge(self, queue: str, status: str | None, up_to_id: int, limit: int) -> int:
         if status is None:
             return self._change(self._sql["purge_live"], (queue, up_to_id, limit))
-        return self._change(self._sql["purge_status"], (queue, status, up_to_id, limit))
+        params = (queue, *stored_statuses(status), up_to_id, limit)
+        return self._change(self._sql["purge_status"], params)

@@ -26,6 +26,10 @@ CREATE TABLE IF NOT EXISTS `{table}` (
   -- The claim's WHERE and ORDER BY follow this index exactly, so a claim reads
   -- and locks only the rows it takes (see FIELD-NOTES, trap 1).
   KEY `{table}_claim` (queue, status, priority DESC, available_at, id),
+  -- Messages not due yet (a delay, a retry's backoff) wait with status
+  -- 'delayed', outside the claim's part of the claim index; drains make the
+  -- due ones 'ready' by this index (promote), so no claim walks past them.
+  KEY `{table}_due` (queue, status, available_at),
   UNIQUE KEY `{table}_unique` (unique_slot)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
 
@@ -58,19 +62,19 @@ SHOW STATUS WHERE Variable_name IN
 
 -- name: insert_returning
 -- MariaDB >= 10.5: the new ids come back in the order of the rows.
-INSERT INTO `{table}` (queue, priority, available_at, created_at, unique_key, payload)
+INSERT INTO `{table}` (queue, status, priority, available_at, created_at, unique_key, payload)
 VALUES {values} RETURNING id
 
 -- name: insert
-INSERT INTO `{table}` (queue, priority, available_at, created_at, unique_key, payload)
+INSERT INTO `{table}` (queue, status, priority, available_at, created_at, unique_key, payload)
 VALUES {values}
 
 -- name: insert_one
-INSERT INTO `{table}` (queue, priority, available_at, created_at, unique_key, payload)
-VALUES (%s, %s, TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6)), UTC_TIMESTAMP(6), %s, %s)
+INSERT INTO `{table}` (queue, status, priority, available_at, created_at, unique_key, payload)
+VALUES (%s, %s, %s, TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6)), UTC_TIMESTAMP(6), %s, %s)
 
 -- name: insert_row
-(%s, %s, TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6)), UTC_TIMESTAMP(6), %s, %s)
+(%s, %s, %s, TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6)), UTC_TIMESTAMP(6), %s, %s)
 
 -- name: purge_expired_key
 -- A unique key whose tombstone has expired may be used again.
@@ -79,15 +83,16 @@ WHERE unique_slot = CONCAT(%s, ':', %s) AND status = 'done' AND available_at <= 
 
 -- name: stats
 SELECT queue,
-       SUM(status = 'ready' AND available_at <= UTC_TIMESTAMP(6)),
-       SUM(status = 'ready' AND available_at > UTC_TIMESTAMP(6)),
+       SUM(status IN ('ready', 'delayed') AND available_at <= UTC_TIMESTAMP(6)),
+       SUM(status IN ('ready', 'delayed') AND available_at > UTC_TIMESTAMP(6)),
        SUM(status = 'processing'),
        SUM(status = 'failed'),
        TIMESTAMPDIFF(MICROSECOND,
-           MIN(CASE WHEN status = 'ready' AND available_at <= UTC_TIMESTAMP(6) THEN available_at END),
+           MIN(CASE WHEN status IN ('ready', 'delayed') AND available_at <= UTC_TIMESTAMP(6)
+                    THEN available_at END),
            UTC_TIMESTAMP(6)) / 1000000.0
 FROM `{table}`
-WHERE status IN ('ready', 'processing', 'failed') {queue_filter}
+WHERE status IN ('ready', 'delayed', 'processing', 'failed') {queue_filter}
 GROUP BY queue
 ORDER BY queue
 
@@ -149,6 +154,14 @@ WHERE id IN ({ids}) AND owner = %s AND status = 'processing'
 UPDATE `{table}` SET status = 'ready', owner = NULL, heartbeat_at = NULL
 WHERE id IN ({ids}) AND owner = %s AND status = 'processing'
 
+-- name: promote
+-- Due delayed messages become ready, a bounded batch in index order (see the
+-- due index in create_table); every promoter goes in that order: no deadlock.
+UPDATE `{table}` SET status = 'ready'
+WHERE queue = %s AND status = 'delayed' AND available_at <= UTC_TIMESTAMP(6)
+ORDER BY available_at
+LIMIT 1000
+
 -- name: purge_tombstones
 DELETE FROM `{table}`
 WHERE queue = %s AND status = 'done' AND available_at <= UTC_TIMESTAMP(6)
@@ -163,13 +176,13 @@ LIMIT 1000
 SELECT UTC_TIMESTAMP(6)
 
 -- name: queues_with_status
-SELECT DISTINCT queue FROM `{table}` WHERE status = %s ORDER BY queue
+SELECT DISTINCT queue FROM `{table}` WHERE status IN (%s, %s) ORDER BY queue
 
 -- name: list_all
 SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
        last_error, owner, heartbeat_at
 FROM `{table}`
-WHERE queue = %s AND status IN ('ready', 'processing', 'failed') AND id > %s
+WHERE queue = %s AND status IN ('ready', 'delayed', 'processing', 'failed') AND id > %s
 ORDER BY id
 LIMIT %s
 
@@ -177,7 +190,7 @@ LIMIT %s
 SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
        last_error, owner, heartbeat_at
 FROM `{table}`
-WHERE queue = %s AND status = %s AND id > %s
+WHERE queue = %s AND status IN (%s, %s) AND id > %s
 ORDER BY id
 LIMIT %s
 
@@ -231,9 +244,9 @@ FOR UPDATE
 -- was claimed again since it was listed is not touched. MySQL assigns left to
 -- right, so last_error reads owner before owner is cleared, and available_at
 -- reads heartbeat_at before it is: a dead drain's message (mark_dead) waits
--- the grace (mq_cli/liveness.py) so its old run is surely over.
+-- the grace (mq_cli/liveness.py) so its old run is surely over, delayed.
 UPDATE `{table}`
-SET status = 'ready', last_error = CONCAT(%s, COALESCE(owner, 'unknown'), %s),
+SET status = IF(heartbeat_at < '1970-01-02', 'delayed', 'ready'), last_error = CONCAT(%s, COALESCE(owner, 'unknown'), %s),
     error_count = error_count + 1, owner = NULL,
     available_at = IF(heartbeat_at < '1970-01-02', TIMESTAMPADD(MICROSECOND,
                       {grace} * 1000000, UTC_TIMESTAMP(6)), UTC_TIMESTAMP(6)),
@@ -270,23 +283,23 @@ DELETE FROM `{table}` WHERE id IN ({ids}) AND queue = %s AND status = 'failed'
 SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
        last_error, owner, heartbeat_at, payload
 FROM `{table}`
-WHERE id = %s AND status IN ('ready', 'processing', 'failed')
+WHERE id = %s AND status IN ('ready', 'delayed', 'processing', 'failed')
 
 -- name: lock_ids
 -- retry/delete by id: lock the rows first, so what is refused (processing) and
 -- what is changed are decided on the same state.
 SELECT id, status, owner FROM `{table}`
-WHERE id IN ({ids}) AND status IN ('ready', 'processing', 'failed')
+WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
 FOR UPDATE
 
 -- name: retry_ids
 UPDATE `{table}`
 SET status = 'ready', error_count = 0, owner = NULL, heartbeat_at = NULL,
     available_at = UTC_TIMESTAMP(6)
-WHERE id IN ({ids}) AND status IN ('ready', 'processing', 'failed')
+WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
 
 -- name: delete_ids
-DELETE FROM `{table}` WHERE id IN ({ids}) AND status IN ('ready', 'processing', 'failed')
+DELETE FROM `{table}` WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
 
 -- name: last_id
 SELECT MAX(id) FROM `{table}` WHERE queue = %s
@@ -295,11 +308,11 @@ SELECT MAX(id) FROM `{table}` WHERE queue = %s
 -- A bounded batch of a queue's messages, up to the last id when purge started
 -- (so a producer's new messages are not chased).
 DELETE FROM `{table}`
-WHERE queue = %s AND status IN ('ready', 'processing', 'failed') AND id <= %s LIMIT %s
+WHERE queue = %s AND status IN ('ready', 'delayed', 'processing', 'failed') AND id <= %s LIMIT %s
 
 -- name: purge_status
 -- One status, or 'done': the tombstones of unique keys.
-DELETE FROM `{table}` WHERE queue = %s AND status = %s AND id <= %s LIMIT %s
+DELETE FROM `{table}` WHERE queue = %s AND status IN (%s, %s) AND id <= %s LIMIT %s
 
 -- name: owned
 -- Which of these messages this drain still holds (after a pause, or a lost reply).
@@ -382,6 +395,12 @@ ORDER BY SEQ_IN_INDEX
 -- Version 1 indexed (queue, unique_key): one Galera certification key per queue.
 ALTER TABLE `{table}` DROP INDEX `{table}_unique`
 
+-- name: add_due_index
+ALTER TABLE `{table}` ADD KEY `{table}_due` (queue, status, available_at)
+
+-- name: migrate_3_delayed
+UPDATE `{table}` SET status = 'delayed' WHERE status = 'ready' AND available_at > UTC_TIMESTAMP(6)
+
 -- name: add_unique_index
 ALTER TABLE `{table}` ADD UNIQUE KEY `{table}_unique` (unique_slot)
 
@@ -417,7 +436,7 @@ UPDATE `{table}`
 SET available_at = TIMESTAMPADD(MICROSECOND,
         -TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), created_at), available_at),
     created_at = UTC_TIMESTAMP(6)
-WHERE status = 'ready' AND created_at > UTC_TIMESTAMP(6)
+WHERE status IN ('ready', 'delayed') AND created_at > UTC_TIMESTAMP(6)
 
 -- name: meta_paused
 -- Paused queues (`mq pause`): 'paused:QUEUE', or 'paused#HASH' for a long name;

@@ -36,6 +36,14 @@ CREATE INDEX IF NOT EXISTS "{table}_claim"
 CREATE UNIQUE INDEX IF NOT EXISTS "{table}_unique"
   ON "{table}" (queue, unique_key) WHERE unique_key IS NOT NULL
 
+-- name: create_due_index
+-- Messages not due yet (a delay, a retry's backoff) wait with status 'delayed',
+-- outside the claim's part of the claim index; drains make the due ones
+-- 'ready' by this index (promote), so no claim walks past what it cannot take.
+-- Partial: a ready or processing row is no entry in it.
+CREATE INDEX IF NOT EXISTS "{table}_due"
+  ON "{table}" (queue, available_at) WHERE status = 'delayed'
+
 -- name: create_meta
 CREATE TABLE IF NOT EXISTS "{table}_meta" (name TEXT PRIMARY KEY, value TEXT NOT NULL)
 
@@ -49,19 +57,19 @@ ALTER TABLE "{table}" SET ({storage})
 SELECT value FROM "{table}_meta" WHERE name = 'schema_version'
 
 -- name: insert
-INSERT INTO "{table}" (queue, priority, available_at, created_at, unique_key, payload)
+INSERT INTO "{table}" (queue, status, priority, available_at, created_at, unique_key, payload)
 VALUES {values}
 RETURNING id
 
 -- name: insert_row
-(%s, %s, now() + make_interval(secs => %s), now(), %s, %s)
+(%s, %s, %s, now() + make_interval(secs => %s), now(), %s, %s)
 
 -- name: insert_one
 -- With a unique key: a key taken (by a live message or an unexpired
 -- tombstone) inserts nothing and returns no id. ON CONFLICT, not a caught
 -- unique violation: an error would abort the whole transaction.
-INSERT INTO "{table}" (queue, priority, available_at, created_at, unique_key, payload)
-VALUES (%s, %s, now() + make_interval(secs => %s), now(), %s, %s)
+INSERT INTO "{table}" (queue, status, priority, available_at, created_at, unique_key, payload)
+VALUES (%s, %s, %s, now() + make_interval(secs => %s), now(), %s, %s)
 ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
 RETURNING id
 
@@ -72,14 +80,14 @@ WHERE queue = %s AND unique_key = %s AND status = 'done' AND available_at <= now
 
 -- name: stats
 SELECT queue,
-       COUNT(*) FILTER (WHERE status = 'ready' AND available_at <= now()),
-       COUNT(*) FILTER (WHERE status = 'ready' AND available_at > now()),
+       COUNT(*) FILTER (WHERE status IN ('ready', 'delayed') AND available_at <= now()),
+       COUNT(*) FILTER (WHERE status IN ('ready', 'delayed') AND available_at > now()),
        COUNT(*) FILTER (WHERE status = 'processing'),
        COUNT(*) FILTER (WHERE status = 'failed'),
        EXTRACT(EPOCH FROM now() - MIN(available_at)
-               FILTER (WHERE status = 'ready' AND available_at <= now()))
+               FILTER (WHERE status IN ('ready', 'delayed') AND available_at <= now()))
 FROM "{table}"
-WHERE status IN ('ready', 'processing', 'failed') {queue_filter}
+WHERE status IN ('ready', 'delayed', 'processing', 'failed') {queue_filter}
 GROUP BY queue
 ORDER BY queue
 
@@ -130,6 +138,18 @@ WHERE id IN ({ids}) AND owner = %s AND status = 'processing'
 UPDATE "{table}" SET status = 'ready', owner = NULL, heartbeat_at = NULL
 WHERE id IN ({ids}) AND owner = %s AND status = 'processing'
 
+-- name: promote
+-- Due delayed messages become ready, a bounded batch (see create_due_index);
+-- rows another drain promotes at the same moment are skipped, not waited for.
+UPDATE "{table}" SET status = 'ready'
+WHERE status = 'delayed' AND id IN (
+  SELECT id FROM "{table}"
+  WHERE queue = %s AND status = 'delayed' AND available_at <= now()
+  ORDER BY available_at
+  LIMIT 1000
+  FOR UPDATE SKIP LOCKED
+)
+
 -- name: purge_tombstones
 DELETE FROM "{table}" WHERE id IN (
   SELECT id FROM "{table}" WHERE queue = %s AND status = 'done' AND available_at <= now()
@@ -146,13 +166,13 @@ DELETE FROM "{table}" WHERE id IN (
 SELECT now()
 
 -- name: queues_with_status
-SELECT DISTINCT queue FROM "{table}" WHERE status = %s ORDER BY queue
+SELECT DISTINCT queue FROM "{table}" WHERE status IN (%s, %s) ORDER BY queue
 
 -- name: list_all
 SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
        last_error, owner, heartbeat_at
 FROM "{table}"
-WHERE queue = %s AND status IN ('ready', 'processing', 'failed') AND id > %s
+WHERE queue = %s AND status IN ('ready', 'delayed', 'processing', 'failed') AND id > %s
 ORDER BY id
 LIMIT %s
 
@@ -160,7 +180,7 @@ LIMIT %s
 SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
        last_error, owner, heartbeat_at
 FROM "{table}"
-WHERE queue = %s AND status = %s AND id > %s
+WHERE queue = %s AND status IN (%s, %s) AND id > %s
 ORDER BY id
 LIMIT %s
 
@@ -207,9 +227,9 @@ FOR UPDATE
 
 -- name: requeue_stalled_ready
 -- A dead drain's message (mark_dead) waits the grace (mq_cli/liveness.py), so
--- its old run is surely over; SET reads the old heartbeat_at.
+-- its old run is surely over, delayed; SET reads the old heartbeat_at.
 UPDATE "{table}"
-SET status = 'ready', last_error = %s || COALESCE(owner, 'unknown') || %s,
+SET status = CASE WHEN heartbeat_at < '1970-01-02' THEN 'delayed' ELSE 'ready' END, last_error = %s || COALESCE(owner, 'unknown') || %s,
     error_count = error_count + 1, owner = NULL, heartbeat_at = NULL,
     available_at = CASE WHEN heartbeat_at < '1970-01-02' THEN now() + make_interval(secs => {grace})
                         ELSE now() END
@@ -243,22 +263,22 @@ DELETE FROM "{table}" WHERE id IN ({ids}) AND queue = %s AND status = 'failed'
 SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
        last_error, owner, heartbeat_at, payload
 FROM "{table}"
-WHERE id = %s AND status IN ('ready', 'processing', 'failed')
+WHERE id = %s AND status IN ('ready', 'delayed', 'processing', 'failed')
 
 -- name: lock_ids
 -- retry/delete by id: lock the rows first, so what is refused (processing) and
 -- what is changed are decided on the same state.
 SELECT id, status, owner FROM "{table}"
-WHERE id IN ({ids}) AND status IN ('ready', 'processing', 'failed')
+WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
 FOR UPDATE
 
 -- name: retry_ids
 UPDATE "{table}"
 SET status = 'ready', error_count = 0, owner = NULL, heartbeat_at = NULL, available_at = now()
-WHERE id IN ({ids}) AND status IN ('ready', 'processing', 'failed')
+WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
 
 -- name: delete_ids
-DELETE FROM "{table}" WHERE id IN ({ids}) AND status IN ('ready', 'processing', 'failed')
+DELETE FROM "{table}" WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
 
 -- name: last_id
 SELECT MAX(id) FROM "{table}" WHERE queue = %s
@@ -268,13 +288,13 @@ SELECT MAX(id) FROM "{table}" WHERE queue = %s
 -- (so a producer's new messages are not chased).
 DELETE FROM "{table}" WHERE id IN (
   SELECT id FROM "{table}"
-  WHERE queue = %s AND status IN ('ready', 'processing', 'failed') AND id <= %s LIMIT %s
+  WHERE queue = %s AND status IN ('ready', 'delayed', 'processing', 'failed') AND id <= %s LIMIT %s
 )
 
 -- name: purge_status
 -- One status, or 'done': the tombstones of unique keys.
 DELETE FROM "{table}" WHERE id IN (
-  SELECT id FROM "{table}" WHERE queue = %s AND status = %s AND id <= %s LIMIT %s
+  SELECT id FROM "{table}" WHERE queue = %s AND status IN (%s, %s) AND id <= %s LIMIT %s
 )
 
 -- name: owned
@@ -338,6 +358,13 @@ ALTER TABLE "{table}" ADD COLUMN unique_key TEXT COLLATE "C" NULL
 CREATE INDEX IF NOT EXISTS "{table}_claim"
   ON "{table}" (queue, status, priority DESC, available_at, id)
 
+-- name: add_due_index
+CREATE INDEX IF NOT EXISTS "{table}_due"
+  ON "{table}" (queue, available_at) WHERE status = 'delayed'
+
+-- name: migrate_3_delayed
+UPDATE "{table}" SET status = 'delayed' WHERE status = 'ready' AND available_at > now()
+
 -- name: add_unique_index
 CREATE UNIQUE INDEX IF NOT EXISTS "{table}_unique"
   ON "{table}" (queue, unique_key) WHERE unique_key IS NOT NULL
@@ -389,7 +416,7 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value
 -- at least (created now, its delay kept), instead of hidden for the step's size.
 UPDATE "{table}"
 SET available_at = available_at - (created_at - now()), created_at = now()
-WHERE status = 'ready' AND created_at > now()
+WHERE status IN ('ready', 'delayed') AND created_at > now()
 
 -- name: meta_paused
 -- Paused queues (`mq pause`): 'paused:QUEUE', or 'paused#HASH' for a long name;

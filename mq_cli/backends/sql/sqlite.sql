@@ -26,6 +26,13 @@ CREATE INDEX IF NOT EXISTS "{table}_claim" ON "{table}" (queue, status, priority
 -- name: create_unique_index
 CREATE UNIQUE INDEX IF NOT EXISTS "{table}_unique" ON "{table}" (queue, unique_key)
 
+-- name: create_due_index
+-- Messages not due yet (a delay, a retry's backoff) wait with status 'delayed',
+-- outside the claim's part of the claim index; drains make the due ones
+-- 'ready' by this index (promote), so no claim walks past what it cannot take.
+CREATE INDEX IF NOT EXISTS "{table}_due" ON "{table}" (queue, available_at)
+WHERE status = 'delayed'
+
 -- name: create_meta
 CREATE TABLE IF NOT EXISTS "{table}_meta" (name TEXT PRIMARY KEY, value TEXT NOT NULL)
 
@@ -33,15 +40,15 @@ CREATE TABLE IF NOT EXISTS "{table}_meta" (name TEXT PRIMARY KEY, value TEXT NOT
 SELECT value FROM "{table}_meta" WHERE name = 'schema_version'
 
 -- name: insert
-INSERT INTO "{table}" (queue, priority, available_at, created_at, unique_key, payload)
+INSERT INTO "{table}" (queue, status, priority, available_at, created_at, unique_key, payload)
 VALUES {values}
 
 -- name: insert_one
-INSERT INTO "{table}" (queue, priority, available_at, created_at, unique_key, payload)
-VALUES (?, ?, strftime('%Y-%m-%d %H:%M:%f', 'now', ?), strftime('%Y-%m-%d %H:%M:%f', 'now'), ?, ?)
+INSERT INTO "{table}" (queue, status, priority, available_at, created_at, unique_key, payload)
+VALUES (?, ?, ?, strftime('%Y-%m-%d %H:%M:%f', 'now', ?), strftime('%Y-%m-%d %H:%M:%f', 'now'), ?, ?)
 
 -- name: insert_row
-(?, ?, strftime('%Y-%m-%d %H:%M:%f', 'now', ?), strftime('%Y-%m-%d %H:%M:%f', 'now'), ?, ?)
+(?, ?, ?, strftime('%Y-%m-%d %H:%M:%f', 'now', ?), strftime('%Y-%m-%d %H:%M:%f', 'now'), ?, ?)
 
 -- name: purge_expired_key
 -- A unique key whose tombstone has expired may be used again.
@@ -50,15 +57,16 @@ WHERE queue = ? AND unique_key = ? AND status = 'done' AND available_at <= {now}
 
 -- name: stats
 SELECT queue,
-       SUM(status = 'ready' AND available_at <= {now}),
-       SUM(status = 'ready' AND available_at > {now}),
+       SUM(status IN ('ready', 'delayed') AND available_at <= {now}),
+       SUM(status IN ('ready', 'delayed') AND available_at > {now}),
        SUM(status = 'processing'),
        SUM(status = 'failed'),
        (julianday('now') -
-        julianday(MIN(CASE WHEN status = 'ready' AND available_at <= {now} THEN available_at END)))
+        julianday(MIN(CASE WHEN status IN ('ready', 'delayed') AND available_at <= {now}
+                         THEN available_at END)))
        * 86400.0
 FROM "{table}"
-WHERE status IN ('ready', 'processing', 'failed') {queue_filter}
+WHERE status IN ('ready', 'delayed', 'processing', 'failed') {queue_filter}
 GROUP BY queue
 ORDER BY queue
 
@@ -110,6 +118,16 @@ WHERE id IN ({ids}) AND owner = ? AND status = 'processing'
 UPDATE "{table}" SET status = 'ready', owner = NULL, heartbeat_at = NULL
 WHERE id IN ({ids}) AND owner = ? AND status = 'processing'
 
+-- name: promote
+-- Due delayed messages become ready, a bounded batch (see create_due_index).
+UPDATE "{table}" SET status = 'ready'
+WHERE id IN (
+  SELECT id FROM "{table}" INDEXED BY "{table}_due"
+  WHERE queue = ? AND status = 'delayed' AND available_at <= {now}
+  ORDER BY available_at
+  LIMIT 1000
+)
+
 -- name: purge_tombstones
 DELETE FROM "{table}" WHERE id IN (
   SELECT id FROM "{table}" WHERE queue = ? AND status = 'done' AND available_at <= {now} LIMIT 1000
@@ -125,13 +143,13 @@ DELETE FROM "{table}" WHERE id IN (
 SELECT {now}
 
 -- name: queues_with_status
-SELECT DISTINCT queue FROM "{table}" WHERE status = ? ORDER BY queue
+SELECT DISTINCT queue FROM "{table}" WHERE status IN (?, ?) ORDER BY queue
 
 -- name: list_all
 SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
        last_error, owner, heartbeat_at
 FROM "{table}"
-WHERE queue = ? AND status IN ('ready', 'processing', 'failed') AND id > ?
+WHERE queue = ? AND status IN ('ready', 'delayed', 'processing', 'failed') AND id > ?
 ORDER BY id
 LIMIT ?
 
@@ -139,7 +157,7 @@ LIMIT ?
 SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
        last_error, owner, heartbeat_at
 FROM "{table}"
-WHERE queue = ? AND status = ? AND id > ?
+WHERE queue = ? AND status IN (?, ?) AND id > ?
 ORDER BY id
 LIMIT ?
 
@@ -186,9 +204,9 @@ WHERE id IN ({ids}) AND queue = ? AND status = 'failed'
 -- name: requeue_stalled_ready
 -- Each gc action repeats its match, so a message that finished, heartbeated or
 -- was claimed again since it was listed is not touched. A dead drain's message
--- (mark_dead) waits the grace (mq_cli/liveness.py); SET reads old values.
+-- (mark_dead) waits the grace (mq_cli/liveness.py), delayed; SET reads old values.
 UPDATE "{table}"
-SET status = 'ready', last_error = ? || COALESCE(owner, 'unknown') || ?,
+SET status = CASE WHEN heartbeat_at < '1970-01-02' THEN 'delayed' ELSE 'ready' END, last_error = ? || COALESCE(owner, 'unknown') || ?,
     error_count = error_count + 1, owner = NULL, heartbeat_at = NULL,
     available_at = CASE WHEN heartbeat_at < '1970-01-02'
                         THEN strftime('%Y-%m-%d %H:%M:%f', 'now', '+{grace} seconds')
@@ -223,21 +241,21 @@ DELETE FROM "{table}" WHERE id IN ({ids}) AND queue = ? AND status = 'failed'
 SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
        last_error, owner, heartbeat_at, payload
 FROM "{table}"
-WHERE id = ? AND status IN ('ready', 'processing', 'failed')
+WHERE id = ? AND status IN ('ready', 'delayed', 'processing', 'failed')
 
 -- name: lock_ids
 -- retry/delete by id, inside BEGIN IMMEDIATE: what is refused (processing) and
 -- what is changed are decided on the same state.
 SELECT id, status, owner FROM "{table}"
-WHERE id IN ({ids}) AND status IN ('ready', 'processing', 'failed')
+WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
 
 -- name: retry_ids
 UPDATE "{table}"
 SET status = 'ready', error_count = 0, owner = NULL, heartbeat_at = NULL, available_at = {now}
-WHERE id IN ({ids}) AND status IN ('ready', 'processing', 'failed')
+WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
 
 -- name: delete_ids
-DELETE FROM "{table}" WHERE id IN ({ids}) AND status IN ('ready', 'processing', 'failed')
+DELETE FROM "{table}" WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
 
 -- name: last_id
 SELECT MAX(id) FROM "{table}" WHERE queue = ?
@@ -247,13 +265,13 @@ SELECT MAX(id) FROM "{table}" WHERE queue = ?
 -- (so a producer's new messages are not chased).
 DELETE FROM "{table}" WHERE id IN (
   SELECT id FROM "{table}"
-  WHERE queue = ? AND status IN ('ready', 'processing', 'failed') AND id <= ? LIMIT ?
+  WHERE queue = ? AND status IN ('ready', 'delayed', 'processing', 'failed') AND id <= ? LIMIT ?
 )
 
 -- name: purge_status
 -- One status, or 'done': the tombstones of unique keys.
 DELETE FROM "{table}" WHERE id IN (
-  SELECT id FROM "{table}" WHERE queue = ? AND status = ? AND id <= ? LIMIT ?
+  SELECT id FROM "{table}" WHERE queue = ? AND status IN (?, ?) AND id <= ? LIMIT ?
 )
 
 -- name: owned
@@ -310,6 +328,13 @@ ALTER TABLE "{table}" ADD COLUMN unique_key TEXT
 -- name: add_claim_index
 CREATE INDEX IF NOT EXISTS "{table}_claim" ON "{table}" (queue, status, priority DESC, available_at, id)
 
+-- name: add_due_index
+CREATE INDEX IF NOT EXISTS "{table}_due" ON "{table}" (queue, available_at)
+WHERE status = 'delayed'
+
+-- name: migrate_3_delayed
+UPDATE "{table}" SET status = 'delayed' WHERE status = 'ready' AND available_at > {now}
+
 -- name: add_unique_index
 CREATE UNIQUE INDEX IF NOT EXISTS "{table}_unique" ON "{table}" (queue, unique_key)
 
@@ -348,7 +373,7 @@ UPDATE "{table}"
 SET available_at = strftime('%Y-%m-%d %H:%M:%f',
         julianday(available_at) - (julianday(created_at) - julianday('now'))),
     created_at = {now}
-WHERE status = 'ready' AND created_at > {now}
+WHERE status IN ('ready', 'delayed') AND created_at > {now}
 
 -- name: meta_paused
 -- Paused queues (`mq pause`): 'paused:QUEUE', or 'paused#HASH' for a long name;
