@@ -131,7 +131,11 @@ class PostgresBackend(SqlBackend):
         if s.unix_socket:
             options["host"] = s.unix_socket
         else:
-            options["host"] = s.host
+            # Several hosts: libpq tries them in order, and with target_session_attrs
+            # settles on the one that fits (read-write: the primary after a promotion).
+            hosts = s.hosts or ((s.host, s.port),)
+            options["host"] = ",".join(host for host, _ in hosts)
+            options["port"] = ",".join(str(port) for _, port in hosts)
             # A cut connection surfaces as an error within ~2 minutes instead of a hang.
             options.update(keepalives=1, keepalives_idle=30, keepalives_interval=10)
             options.update(keepalives_count=3, tcp_user_timeout=120_000)
@@ -144,6 +148,8 @@ class PostgresBackend(SqlBackend):
             options["sslmode"] = "disable"
         if s.ssl_ca:
             options["sslrootcert"] = s.ssl_ca
+        if s.target_session_attrs:
+            options["target_session_attrs"] = s.target_session_attrs
         try:
             conn = psycopg.connect(**options)
         except psycopg.Error as exc:
