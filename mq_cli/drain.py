@@ -256,7 +256,11 @@ class Drain:
                     idle = self._idle(idle, waiter)
                     continue
                 idle = WAIT_POLL_MIN
-                self._run_batch(queue, batch, runner)
+                try:
+                    self._run_batch(queue, batch, runner)
+                except SessionLost as exc:
+                    if not self._go_on_after(exc):
+                        raise
         finally:
             self.runner = None
             runner.close()
@@ -652,6 +656,18 @@ class Drain:
         if ids and backend.heartbeat(ids, self.owner) < len(ids):
             raise SessionLost(self._session_lost_text("gc took messages it held"))
         log.info("took the drain's lock back on a new session")
+
+    def _go_on_after(self, exc: SessionLost) -> bool:
+        """Whether to go on after the session was lost: yes where the URL lists several
+        hosts (a failover). The running handler was stopped, what did not start was
+        given back, and what ran stays processing for gc, as in a drain that exits;
+        every acknowledgement is owner-guarded, so nothing of another drain is touched."""
+        if not self.config.database.hosts or self._gave_up:
+            return False
+        log.warning("%s; going on with new claims (several hosts: a failover?)", exc)
+        if self.watchdog is not None:
+            self.watchdog.fired = False
+        return True
 
     def _session_lost_text(self, why: str) -> str:
         return (
