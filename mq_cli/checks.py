@@ -40,7 +40,7 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
 
     try:
         backend = open_backend(
-            config.database, config.table, create=False, lock_dir=config.lock_dir
+            config.database, config.table, create=False, lock_dir=config.lock_dir, standby_ok=True
         )
     except MqError as exc:
         results.append(Check("database", False, str(exc)))
@@ -51,6 +51,7 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
                 results.append(Check("database mode", *backend.server_mode()))
             except MqError as exc:
                 results.append(Check("database mode", False, str(exc)))
+            results += [Check(*line) for line in backend.route_checks()]
             results.append(_liveness(backend))
             schema = _schema(backend, config.table)
             results.append(schema)
@@ -101,11 +102,14 @@ def _liveness(backend: Backend) -> Check:
         taken = None
         why = str(exc)
     else:
-        why = (
-            "Galera: a lock is local to one node"
-            if getattr(getattr(backend, "server", None), "galera", False)
-            else "the server gave no lock that dies with the session (a pooler in transaction mode?)"
-        )
+        if getattr(getattr(backend, "server", None), "galera", False):
+            why = "Galera: a lock is local to one node"
+        elif getattr(backend, "pool_mode", None) == "transaction":
+            why = "a pooler in transaction mode keeps no session between transactions"
+        else:
+            why = (
+                "the server gave no lock that dies with the session (a pooler in transaction mode?)"
+            )
     if taken:
         return Check("dead drains", True, "seen at once: each drain holds a session lock")
     return Check(

@@ -112,7 +112,7 @@ QUEUE_KEYS: dict[str, Any] = {
 TOP_KEYS = ("database", "table", "lock_dir", "run_log_retention", "defaults", "queues")
 DATABASE_KEYS = (
     "url", "kind", "host", "port", "user", "database", "unix_socket",
-    "password", "password_file", "password_env", "ssl", "sslmode", "connect_timeout",
+    "password", "password_file", "password_env", "ssl", "sslmode", "connect_timeout", "pooler",
 )  # fmt: skip
 #: the mapping's ``kind`` (without a url): which server it describes
 DATABASE_KINDS = {
@@ -340,6 +340,14 @@ def _database_settings(raw: Any, doc: _Located) -> DatabaseSettings:
         if raw["sslmode"] not in SSLMODES:
             raise doc.error((*path, "sslmode"), f"expected one of {', '.join(SSLMODES)}")
         changes["sslmode"] = raw["sslmode"]
+    if "pooler" in raw:
+        from .dburl import POOLERS
+
+        if settings.kind != "postgres":
+            raise doc.error((*path, "pooler"), "only for PostgreSQL (README: Poolers)")
+        if raw["pooler"] not in POOLERS:
+            raise doc.error((*path, "pooler"), f"expected one of {', '.join(POOLERS)}")
+        changes["pooler"] = raw["pooler"]
     for key in ("host", "user", "database", "unix_socket"):
         if key in raw:
             if not isinstance(raw[key], str):

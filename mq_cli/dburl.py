@@ -16,6 +16,10 @@ MYSQL_SCHEMES = ("mysql", "mariadb", "mysql+pymysql")
 POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 #: libpq's sslmode values (PostgreSQL only)
 SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+#: libpq's target_session_attrs values: which of several hosts to settle on
+SESSION_ATTRS = ("any", "read-write", "read-only", "primary", "standby", "prefer-standby")
+#: what sits between mq and a PostgreSQL server (README: Poolers)
+POOLERS = ("auto", "none", "transaction", "session")
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,13 @@ class DatabaseSettings:
     #: PostgreSQL: libpq's sslmode; None: from ``ssl`` (on: verify-full or require; off: disable)
     sslmode: str | None = None
     password_env: str | None = None  # the variable the password came from, kept from handlers
+    #: PostgreSQL: every (host, port) of a multi-host URL, in order (libpq tries them so);
+    #: empty for one host (``host``/``port``, which also hold the first of several)
+    hosts: tuple[tuple[str, int], ...] = ()
+    #: PostgreSQL: libpq's target_session_attrs (read-write: follow a promoted standby)
+    target_session_attrs: str | None = None
+    #: PostgreSQL: a pooler between mq and the server (auto: detected where certain)
+    pooler: str = "auto"
 
     def secret_env(self) -> tuple[str, ...]:
         """Environment variables that carry this database's credentials."""
@@ -47,12 +58,19 @@ class DatabaseSettings:
             return f"sqlite:{self.path}"
         who = f"{self.user}@" if self.user else ""
         if self.kind == "postgres":
-            where = f"{self.host}:{self.port}"
+            where = ",".join(_host_port(h, p) for h, p in self.hosts or [(self.host, self.port)])
             if self.unix_socket:
                 where = f"[{self.unix_socket}]:{self.port}"
-            return f"postgresql://{who}{where}/{self.database or ''}"
+            attrs = f"?target_session_attrs={self.target_session_attrs}"
+            return f"postgresql://{who}{where}/{self.database or ''}" + (
+                attrs if self.target_session_attrs else ""
+            )
         where = self.unix_socket or f"{self.host}:{self.port}"
         return f"mysql://{who}{where}/{self.database or ''}"
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def default_sqlite_path() -> str:
@@ -101,10 +119,11 @@ def parse_database_url(url: str) -> DatabaseSettings:
         url = _quote_userinfo(url)
     try:
         parts = urlsplit(url)
-        port = parts.port
+        scheme = parts.scheme.lower()
+        # PostgreSQL's netloc may list several hosts (h1:5432,h2:5433): parsed there.
+        port = None if scheme in POSTGRES_SCHEMES else parts.port
     except ValueError as exc:
         raise ConfigError(f"bad database URL {redact_url(url)!r}: {exc}") from None
-    scheme = parts.scheme.lower()
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     if scheme == "sqlite":
         # sqlite:///rel.db -> "rel.db"; sqlite:////abs.db -> "/abs.db" (SQLAlchemy's rule)
@@ -124,6 +143,11 @@ def parse_database_url(url: str) -> DatabaseSettings:
                 "e.g. mysql://user:password@host:3306/dbname"
             )
         unknown = set(query) - {"unix_socket", "ssl_ca", "ssl_verify", "connect_timeout"}
+        for name in ("pooler", "target_session_attrs") if unknown else ():
+            if name in unknown:
+                raise ConfigError(
+                    f"bad database URL {redact_url(url)!r}: {name} is for PostgreSQL only"
+                )
         if unknown:
             raise ConfigError(
                 f"bad database URL {redact_url(url)!r}: unknown option(s) {', '.join(sorted(unknown))}"
@@ -175,7 +199,8 @@ def _postgres(url: str, parts: Any, query: dict[str, str]) -> DatabaseSettings:
             f"bad database URL {redact_url(url)!r}: name the database, "
             "e.g. postgresql://user:password@host:5432/dbname"
         )
-    unknown = set(query) - {"host", "sslmode", "sslrootcert", "connect_timeout"}
+    known = {"host", "sslmode", "sslrootcert", "connect_timeout", "target_session_attrs", "pooler"}
+    unknown = set(query) - known
     if unknown:
         raise ConfigError(
             f"bad database URL {redact_url(url)!r}: unknown option(s) {', '.join(sorted(unknown))}"
@@ -194,10 +219,31 @@ def _postgres(url: str, parts: Any, query: dict[str, str]) -> DatabaseSettings:
             f"bad database URL {redact_url(url)!r}: ?host= is a socket directory "
             "(e.g. /var/run/postgresql); put a host name before the path"
         )
+    attrs = query.get("target_session_attrs")
+    if attrs is not None and attrs not in SESSION_ATTRS:
+        raise ConfigError(
+            f"bad database URL {redact_url(url)!r}: target_session_attrs is one of "
+            f"{', '.join(SESSION_ATTRS)}"
+        )
+    pooler = query.get("pooler", "auto")
+    if pooler not in POOLERS:
+        raise ConfigError(
+            f"bad database URL {redact_url(url)!r}: pooler is one of {', '.join(POOLERS)}"
+        )
+    hosts = _pg_hosts(url, parts.netloc)
+    if len(hosts) > 1 and socket_dir is not None:
+        raise ConfigError(
+            f"bad database URL {redact_url(url)!r}: give several hosts or ?host= "
+            "(a socket directory), not both"
+        )
+    host, port = hosts[0] if hosts else ("127.0.0.1", 5432)
     return DatabaseSettings(
         kind="postgres",
-        host=parts.hostname or "127.0.0.1",
-        port=parts.port or 5432,
+        host=host,
+        port=port,
+        hosts=tuple(hosts) if len(hosts) > 1 else (),
+        target_session_attrs=attrs,
+        pooler=pooler,
         user=unquote(parts.username) if parts.username else None,
         password=unquote(parts.password) if parts.password is not None else None,
         database=database,
@@ -208,3 +254,28 @@ def _postgres(url: str, parts: Any, query: dict[str, str]) -> DatabaseSettings:
         sslmode=sslmode,
         connect_timeout=_connect_timeout(url, query),
     )
+
+
+def _pg_hosts(url: str, netloc: str) -> list[tuple[str, int]]:
+    """The (host, port) pairs of a libpq netloc: ``h1:5432,[::1]:5433,h3`` (port 5432
+    where none is given)."""
+    from urllib.parse import unquote
+
+    listed = netloc.rpartition("@")[2]
+    if not listed:
+        return []
+    found = []
+    for item in listed.split(","):
+        if item.startswith("["):  # [2001:db8::1]:5432
+            host, _, rest = item[1:].partition("]")
+            port_text = rest[1:] if rest.startswith(":") else rest
+        else:
+            host, _, port_text = item.partition(":")
+        port = int(port_text) if port_text.isdigit() else -1
+        if not host or (port_text and not 0 < port < 65536):
+            raise ConfigError(
+                f"bad database URL {redact_url(url)!r}: {item!r} is not host or host:port "
+                "(several hosts: h1:5432,h2:5432)"
+            )
+        found.append((unquote(host), port if port_text else 5432))
+    return found

@@ -34,6 +34,9 @@ log = logging.getLogger("mq")
 # How long a drain keeps trying to reach a database that dropped its
 # connection before it gives up (exit 3) and leaves its messages to go stalled.
 RECONNECT_FOR = 15.0
+# ... and when the URL lists several hosts (a standby to fail over to): long
+# enough for a failover manager to notice the primary's death and promote one.
+RECONNECT_FAILOVER_FOR = 60.0
 WAIT_POLL_MIN = 0.05
 WAIT_POLL_MAX = 1.0  # the contract: --wait polls at least once a second
 PAUSE_LOOK_EVERY = 2.0  # a running drain looks whether its queue was paused
@@ -86,6 +89,8 @@ class Drain:
         # A heap of when (time.monotonic) the retries this drain recorded become ready.
         self.retries_due: list[float] = []
         self.runlog = runlog.RunLog(config, lambda: self.backend, lambda: self.owner, self.report)
+        failover = bool(config.database.hosts)
+        self.reconnect_for = RECONNECT_FAILOVER_FOR if failover else RECONNECT_FOR
 
     # -- setup --------------------------------------------------------------
 
@@ -267,7 +272,11 @@ class Drain:
                     idle = self._idle(idle, waiter)
                     continue
                 idle = WAIT_POLL_MIN
-                self._run_batch(queue, batch, runner)
+                try:
+                    self._run_batch(queue, batch, runner)
+                except SessionLost as exc:
+                    if not self._go_on_after(exc):
+                        raise
         finally:
             self.runner = None
             runner.close()
@@ -606,17 +615,21 @@ class Drain:
 
     # -- database trouble -----------------------------------------------------
 
-    def _db(self, operation: Callable[[Backend], Any], patience: float = RECONNECT_FOR) -> Any:
+    def _db(self, operation: Callable[[Backend], Any], patience: float | None = None) -> Any:
         """Run ``operation``; after a lost connection, reconnect and retry for a while.
 
         Every operation is guarded by the owner token, so running one twice
         (the first attempt may have committed before the connection dropped)
         never changes another drain's claim.
         """
+        if patience is None:
+            patience = self.reconnect_for
         if self._gave_up:
             patience = 0.0  # already waited once: the cleanup on the way out tries only once
-        give_up = time.monotonic() + patience
+        lost_at = time.monotonic()
+        give_up = lost_at + patience
         pause = 0.2
+        tries = 0
         while True:
             try:
                 if self._take_back_due:
@@ -633,8 +646,11 @@ class Drain:
                         f"{exc}\nheld message(s) stay processing and show as stalled after "
                         "stalled_after; `mq gc --stalled --requeue` recovers them"
                     ) from exc
-                log.warning("%s; reconnecting", exc)
-                if self.live == "session" and (self.held or self.done):
+                tries += 1
+                # Once per outage on stderr; each further try at -v (a failover may take a minute).
+                (log.warning if tries == 1 else log.info)("%s; reconnecting (try %d)", exc, tries)
+                since = time.monotonic() - lost_at
+                if self.live == "session" and (self.held or self.done) and since < liveness.FENCE:
                     # Its lock is free until it reconnects: gc takes a drain whose
                     # lock stays free for liveness.SUSPECT as dead. Try often.
                     time.sleep(random.uniform(0.05, 0.15))
@@ -644,7 +660,7 @@ class Drain:
                 try:
                     self.backend.reconnect()
                 except DatabaseError as again:
-                    log.warning("reconnect failed: %s", again)
+                    (log.warning if tries == 1 else log.info)("reconnect failed: %s", again)
                     continue
                 self._take_back_due = self.live == "session"
 
@@ -664,6 +680,18 @@ class Drain:
         if ids and backend.heartbeat(ids, self.owner) < len(ids):
             raise SessionLost(self._session_lost_text("gc took messages it held"))
         log.info("took the drain's lock back on a new session")
+
+    def _go_on_after(self, exc: SessionLost) -> bool:
+        """Whether to go on after the session was lost: yes where the URL lists several
+        hosts (a failover). The running handler was stopped, what did not start was
+        given back, and what ran stays processing for gc, as in a drain that exits;
+        every acknowledgement is owner-guarded, so nothing of another drain is touched."""
+        if not self.config.database.hosts or self._gave_up:
+            return False
+        log.warning("%s; going on with new claims (several hosts: a failover?)", exc)
+        if self.watchdog is not None:
+            self.watchdog.fired = False
+        return True
 
     def _session_lost_text(self, why: str) -> str:
         return (

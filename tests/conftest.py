@@ -240,3 +240,54 @@ def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MQ_CONFIG", raising=False)
     monkeypatch.delenv("MQ_DATABASE_URL", raising=False)
     monkeypatch.chdir(tmp_path)
+
+
+# -- a private PgBouncer in front of the shared PostgreSQL (tests/pooler.py) ---------
+
+
+@pytest.fixture(scope="session")
+def pgbouncers() -> Iterator[dict[str, Any]]:
+    """{pool_mode: PrivatePgbouncer}, each started on first use and stopped at the end."""
+    from tests.pooler import PrivatePgbouncer
+
+    started: dict[str, Any] = {}
+
+    class Lazy(dict):  # type: ignore[type-arg]
+        def __missing__(self, mode: str) -> PrivatePgbouncer:
+            started[mode] = self[mode] = PrivatePgbouncer(mode, _pg_server())
+            return started[mode]
+
+    try:
+        yield Lazy()
+    finally:
+        for bouncer in started.values():
+            bouncer.close()
+
+
+def _pg_server() -> tuple[str, int]:
+    s = parse_database_url(PG_URL)
+    return s.host, s.port
+
+
+def pooled(pgbouncers: dict[str, Any], mode: str, tmp_path: Path, pooler: str = "") -> Iterator[Db]:
+    """A fresh database with the schema, reached through a ``mode`` PgBouncer (``pooler``:
+    the URL's ?pooler=, none for auto)."""
+    from tests.pooler import pgbouncer_unavailable
+
+    reason = _pg_problem or pgbouncer_unavailable()
+    if reason:
+        cannot_run_here(reason)
+    for direct in _pg_database(tmp_path):
+        name = parse_database_url(direct.url).database or ""
+        url = pgbouncers[mode].url(name) + (f"?pooler={pooler}" if pooler else "")
+        database = Db("postgres", url, tmp_path)
+        _init(database)
+        yield database
+
+
+@pytest.fixture(params=["transaction", "session"])
+def pooled_db(request: pytest.FixtureRequest, pgbouncers, tmp_path: Path) -> Iterator[Db]:
+    """A fresh database through PgBouncer in transaction mode (pooler: auto, detected) and
+    in session mode (pooler: session)."""
+    mode = request.param
+    yield from pooled(pgbouncers, mode, tmp_path, "session" if mode == "session" else "")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine too: a virtualenv with mq and its
 # test tools (.venv), a running MariaDB (tests/mariadb.sh) and PostgreSQL
-# (tests/postgres.sh), libfaketime
+# (tests/postgres.sh), pgbouncer (tests/pgbouncer.sh), libfaketime
 # (tests/faketime.sh), headless Chromium (tests/chromium.sh), then pytest.
 # Extra arguments go to pytest, e.g. `tests/run.sh -k drain -x`.
 set -euo pipefail
@@ -12,6 +12,7 @@ python=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 bash tests/mariadb.sh
 bash tests/postgres.sh
+bash tests/pgbouncer.sh
 bash tests/faketime.sh
 bash tests/chromium.sh
 exec .venv/bin/python -m pytest "$@"

@@ -7,6 +7,7 @@ and stops exactly that process, by pid:
 - :class:`PrivateMariadb`: one standalone mariadbd.
 - :class:`GaleraCluster`: three mariadbd nodes joined by galera-4.
 - :class:`PrivatePostgres`: one PostgreSQL postmaster (initdb into a temp dir).
+- :class:`PrivateStandby`: a streaming standby of one, to promote (a failover).
 
 ``python -m tests.servers galera`` starts a cluster and keeps it up until
 Enter is pressed (for trying things by hand).
@@ -399,6 +400,51 @@ class PrivatePostgres:
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+class PrivateStandby(PrivatePostgres):
+    """A streaming standby of ``primary`` (``pg_basebackup -R``: it follows the
+    primary's WAL), on its own port; :meth:`promote` makes it a primary."""
+
+    def __init__(self, primary: PrivatePostgres) -> None:
+        self.base = _base_dir("mq-standby-")
+        (self.port,) = free_ports(1)
+        self.datadir = self.base / "data"
+        self.log = self.base / "postgres.log"
+        self.proc = None
+        shutil.chown(self.base, "postgres", "postgres")
+        # initdb's pg_hba trusts replication from 127.0.0.1, and wal_level is replica.
+        subprocess.run(
+            [str(pg_bin("pg_basebackup")), "-h", "127.0.0.1", "-p", str(primary.port),
+             "-U", "postgres", "-D", str(self.datadir), "-R", "-X", "stream", "--no-sync"],
+            check=True, capture_output=True, timeout=120, user="postgres",
+        )  # fmt: skip
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def in_recovery(self) -> bool:
+        import psycopg
+
+        with psycopg.connect(self.url(), autocommit=True, sslmode="disable") as conn:
+            return bool(conn.execute("SELECT pg_is_in_recovery()").fetchone()[0])  # type: ignore[index]
+
+    def promote(self) -> None:
+        """``pg_ctl promote``, waiting until the server accepts writes."""
+        subprocess.run(
+            [str(pg_bin("pg_ctl")), "promote", "-D", str(self.datadir), "-w", "-t", "60"],
+            check=True, capture_output=True, timeout=90, user="postgres",
+        )  # fmt: skip
+
+
+def kill_postmaster(server: PrivatePostgres) -> None:
+    """kill -9 of this server's postmaster, by its pid: its backends see it gone and end."""
+    if server.running():
+        assert server.proc is not None
+        os.kill(server.proc.pid, signal.SIGKILL)
+        server.proc.wait(timeout=60)
 
 
 if __name__ == "__main__":

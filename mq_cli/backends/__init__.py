@@ -14,6 +14,7 @@ def open_backend(
     auto_init: bool = True,
     reading: bool = False,
     lock_dir: str = "",
+    standby_ok: bool = False,
 ) -> Backend:
     """Connect to the database ``settings`` describe.
 
@@ -23,15 +24,22 @@ def open_backend(
     SQLite file's directory, and leave creating the schema to the caller (`mq init`).
     ``reading``: for commands that only read, which create the schema only in a
     SQLite file that did not exist. ``lock_dir``: where this host's drains keep
-    their lock files (SQLite tells a dead drain by its file there).
+    their lock files (SQLite tells a dead drain by its file there). ``standby_ok``:
+    connect to a PostgreSQL standby too (`mq check`, which says so); otherwise a
+    read-only server is refused at once.
     """
-    backend = _open(settings, table, create, auto_init, reading)
+    backend = _open(settings, table, create, auto_init, reading, standby_ok)
     backend.lock_dir = lock_dir
     return backend
 
 
 def _open(
-    settings: DatabaseSettings, table: str, create: bool | None, auto_init: bool, reading: bool
+    settings: DatabaseSettings,
+    table: str,
+    create: bool | None,
+    auto_init: bool,
+    reading: bool,
+    standby_ok: bool,
 ) -> Backend:
     if settings.kind == "sqlite":
         from .sqlite import SqliteBackend
@@ -46,7 +54,9 @@ def _open(
     if settings.kind == "postgres":
         from .postgres import PostgresBackend
 
-        return PostgresBackend(settings, table, create=bool(create) and auto_init)
+        return PostgresBackend(
+            settings, table, create=bool(create) and auto_init, standby_ok=standby_ok
+        )
     from .mysql import MysqlBackend
 
     return MysqlBackend(settings, table, create=bool(create) and auto_init)

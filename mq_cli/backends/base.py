@@ -293,6 +293,11 @@ class Backend(ABC):
         """(healthy, one line): what kind of server mq runs on, for `mq check`."""
         return True, self.kind
 
+    def route_checks(self) -> list[tuple[str, bool, str, bool]]:
+        """(name, ok, one line, warn) for `mq check` about what sits between mq and the
+        server (PostgreSQL: a pooler, and what it degrades)."""
+        return []
+
     # -- liveness: a lock each drain holds while it runs (mq_cli/liveness.py) -------
 
     #: where this host's drains keep their lock files (SQLite's liveness)

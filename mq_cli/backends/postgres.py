@@ -17,6 +17,7 @@ from ..errors import (
     SchemaMissing,
 )
 from ..liveness import lock_key
+from . import pg_topology as topology
 from .sqlcore import SqlBackend, Tx, initial_status, insert_each, insert_rows
 from .sqlcore import queries as dialect_queries
 
@@ -104,10 +105,18 @@ class PostgresBackend(SqlBackend):
         # would make its own failure unrecordable. Stored as the escape mq shows.
         return value.replace("\x00", "\\x00")
 
-    def __init__(self, settings: DatabaseSettings, table: str, *, create: bool = False):
+    def __init__(
+        self,
+        settings: DatabaseSettings,
+        table: str,
+        *,
+        create: bool = False,
+        standby_ok: bool = False,
+    ):
         require_driver()
         self.settings = settings
         self._promoted = {}
+        self.standby_ok = standby_ok  # `mq check` looks at a standby; nothing else may
         self.table = table
         self._sql = queries(table)
         self.driver_errors = (psycopg.Error,)
@@ -126,13 +135,19 @@ class PostgresBackend(SqlBackend):
             "connect_timeout": max(1, round(s.connect_timeout)),
             "application_name": "mq",
             "autocommit": True,
+            # Prepared on the server only where no pooler can sit in between (pg_topology).
+            "prepare_threshold": topology.prepare_threshold(s),
         }
         if s.password is not None:
             options["password"] = s.password
         if s.unix_socket:
             options["host"] = s.unix_socket
         else:
-            options["host"] = s.host
+            # Several hosts: libpq tries them in order, and with target_session_attrs
+            # settles on the one that fits (read-write: the primary after a promotion).
+            hosts = s.hosts or ((s.host, s.port),)
+            options["host"] = ",".join(host for host, _ in hosts)
+            options["port"] = ",".join(str(port) for _, port in hosts)
             # A cut connection surfaces as an error within ~2 minutes instead of a hang.
             options.update(keepalives=1, keepalives_idle=30, keepalives_interval=10)
             options.update(keepalives_count=3, tcp_user_timeout=120_000)
@@ -145,6 +160,8 @@ class PostgresBackend(SqlBackend):
             options["sslmode"] = "disable"
         if s.ssl_ca:
             options["sslrootcert"] = s.ssl_ca
+        if s.target_session_attrs:
+            options["target_session_attrs"] = s.target_session_attrs
         try:
             conn = psycopg.connect(**options)
         except psycopg.Error as exc:
@@ -156,6 +173,15 @@ class PostgresBackend(SqlBackend):
                 f"{s.describe()} runs PostgreSQL {version // 10000}: mq needs 12 or later"
             )
         self.version = version
+        try:
+            self.pooler_seen, self.in_recovery = topology.probe_session(conn)
+        except psycopg.Error as exc:
+            conn.close()
+            raise self._wrap(exc, connecting=True) from None
+        self.pool_mode = topology.pool_mode(s, self.pooler_seen)
+        if self.in_recovery and not self.standby_ok:
+            conn.close()
+            raise DatabaseError(topology.read_only_text(s))
         return conn
 
     def _wrap(self, exc: BaseException, connecting: bool = False) -> MqError:
@@ -215,6 +241,9 @@ class PostgresBackend(SqlBackend):
         return key >> 32, key & 0xFFFFFFFF
 
     def live_lock_take(self, owner: str) -> bool | None:
+        if self.pool_mode == "transaction":
+            topology.Said.once(topology.NO_LOCK)
+            return None
         try:
             if not self._rows(self._sql["live_take"], (lock_key(owner),))[0][0]:
                 return False
@@ -231,6 +260,10 @@ class PostgresBackend(SqlBackend):
         return True
 
     def live_lock_free(self, owner: str) -> bool:
+        if self.pool_mode == "transaction":
+            # Seizing a dead drain's lock to mark it would take it on one server
+            # session and give it back on another: judge by heartbeats alone here.
+            return False
         return bool(self._rows(self._sql["live_free"], self._halves(owner))[0][0])
 
     def live_lock_seize(self, owner: str) -> bool:
@@ -254,7 +287,15 @@ class PostgresBackend(SqlBackend):
 
     def server_mode(self) -> tuple[bool, str]:
         major, minor = divmod(self.version, 10000)
+        if self.in_recovery:
+            return (
+                False,
+                f"PostgreSQL {major}.{minor} in recovery: {topology.read_only_text(self.settings)}",
+            )
         return True, f"PostgreSQL {major}.{minor}, SKIP LOCKED claims in one statement"
+
+    def route_checks(self) -> list[tuple[str, bool, str, bool]]:
+        return topology.checks(self.settings, self.pool_mode, self.pooler_seen)
 
     # -- schema: the storage parameters of a delete-heavy table ------------------
 
@@ -329,6 +370,9 @@ class PostgresBackend(SqlBackend):
     _listening: tuple[str, ...] = ()
 
     def listen(self, queue: str) -> int | None:
+        if self.pool_mode == "transaction":
+            topology.Said.once(topology.NO_LISTEN)
+            return None
         channel = wake_channel(self.table)
         with self._errors():
             self.conn.execute(f'LISTEN "{channel}"')

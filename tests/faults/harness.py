@@ -122,14 +122,17 @@ class Fleet:
         self.lock = threading.Lock()
         self.counter = 0
 
-    def start(self, queue: str, *args: str, host: str = "main") -> DrainProc:
+    def start(
+        self, queue: str, *args: str, host: str = "main", options: Sequence[str] = ()
+    ) -> DrainProc:
+        """``mq OPTIONS drain -q QUEUE ARGS`` (OPTIONS: global ones, such as -v)."""
         h = self.hosts[host]
         with self.lock:
             self.counter += 1
             err = self.logs / f"{host}-{queue}-{self.counter}.err"
         with open(err, "wb") as err_file:
             proc = subprocess.Popen(
-                [*h.prefix, sys.executable, "-m", "mq_cli", "drain", "-q", queue, *args],
+                [*h.prefix, sys.executable, "-m", "mq_cli", *options, "drain", "-q", queue, *args],
                 cwd=self.workdir,
                 env=h.env,
                 stdin=subprocess.DEVNULL,

@@ -1,0 +1,130 @@
+"""mq through a real PgBouncer (tests/pooler.py) in transaction and in session mode:
+the commands work, `mq check` says what degrades, and a drain says so at -v.
+
+Slow scenarios (four drains over 3,000 messages, kill -9) are in
+tests/faults/test_poolers.py."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from tests.conftest import Db
+
+
+def check_lines(db: Db, *args: str) -> dict[str, str]:
+    result = db.run(*args, "check")
+    lines = {}
+    for line in result.stdout.splitlines():
+        match = re.match(r"(ok|warn|FAIL)\s+(\S+(?: \S+)*?)\s{2,}(.*)", line)
+        if match:
+            lines[match.group(2)] = f"{match.group(1)} {match.group(3)}"
+    return lines
+
+
+@pytest.mark.parametrize(
+    "database, words",
+    [
+        ("{kind: mysql, database: app, pooler: transaction}", "only for PostgreSQL"),
+        ("{url: 'sqlite:///x.db', pooler: none}", "only for PostgreSQL"),
+        ("{kind: postgresql, database: app, pooler: statement}", "expected one of auto, none"),
+    ],
+)
+def test_the_pooler_key_is_checked(sqlite_db, tmp_path, database, words):
+    (tmp_path / "mq.yaml").write_text(f"database: {database}\n")
+    result = sqlite_db.run("-c", str(tmp_path / "mq.yaml"), "stats", env={"MQ_DATABASE_URL": None})
+    assert result.exit_code == 2
+    assert "database.pooler" in result.stderr and words in result.stderr
+    assert "mq.yaml, line 1" in result.stderr
+
+
+def test_check_is_truthful_through_a_transaction_pooler(pgbouncers, tmp_path):
+    from tests.conftest import pooled
+
+    for db in pooled(pgbouncers, "transaction", tmp_path):
+        lines = check_lines(db)
+        assert lines["pooler"].startswith("warn transaction mode (assumed: a pooler answered")
+        assert "short stalled_after" in lines["pooler degrades"]
+        assert "session-mode pool" in lines["pooler degrades"]
+        assert "LISTEN" in lines["pooler degrades"]
+        assert lines["dead drains"].startswith("warn seen only after stalled_after")
+        assert "session lock" not in lines["dead drains"].replace("no session", "")
+        # Said by the config: no guess.
+        lines = check_lines(db, "-d", db.url + "?pooler=transaction")
+        assert lines["pooler"] == "warn transaction mode (pooler: transaction)"
+
+
+def test_check_through_a_session_pooler_says_everything_works(pgbouncers, tmp_path):
+    from tests.conftest import pooled
+
+    for db in pooled(pgbouncers, "session", tmp_path, "session"):
+        lines = check_lines(db)
+        assert lines["pooler"].startswith("ok session mode (pooler: session; a pooler answered")
+        assert lines["dead drains"] == "ok seen at once: each drain holds a session lock"
+        assert "pooler degrades" not in lines
+
+
+def test_check_on_a_direct_connection(pg_db):
+    assert pg_db.run("init").exit_code == 0
+    lines = check_lines(pg_db)
+    assert lines["pooler"].startswith("ok none detected (pooler: auto)")
+    assert lines["dead drains"] == "ok seen at once: each drain holds a session lock"
+
+
+def test_commands_work_through_the_pooler(pooled_db):
+    db = pooled_db
+    # Past psycopg's prepare_threshold (5) many times over, on shared server sessions.
+    for _ in range(3):
+        result = db.run("enqueue", "-q", "q", "--lines", "--silent", input="{}\n" * 40)
+        assert result.exit_code == 0, result.output
+    result = db.run("pause", "-q", "q")
+    assert result.exit_code == 0, result.output
+    result = db.run("drain", "-q", "q", "--handler", "tests.handlers:ok", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["paused"] == ["q"]
+    assert db.run("resume", "-q", "q").exit_code == 0
+    result = db.run("drain", "-q", "q", "--handler", "tests.handlers:raises", "--max-messages", "1")
+    assert result.exit_code == 0, result.output
+    result = db.run("drain", "-q", "q", "--handler", "tests.handlers:ok", "--batch-size", "7")
+    assert result.exit_code == 0, result.output
+    stats = json.loads(db.run("stats", "--json").stdout)["q"]
+    assert (stats["ready"] + stats["delayed"], stats["processing"]) == (1, 0)  # the failed one
+    status = json.loads(db.run("status", "--json").stdout)
+    assert status["queues"]["q"]["last_hour"]["done"] == 119
+    assert db.run("gc", "--stalled", "--check").exit_code == 0
+    listed = json.loads(db.run("list", "-q", "q", "--json").stdout)
+    assert len(listed) == 1 and listed[0]["error_count"] == 1
+
+
+def test_a_waiting_drain_polls_through_a_transaction_pooler_and_says_so(pgbouncers, tmp_path):
+    from tests.conftest import pooled
+
+    for db in pooled(pgbouncers, "transaction", tmp_path):
+        drain = db.spawn(
+            "-v", "drain", "-q", "q", "--handler", "tests.handlers:ok", "--wait",
+            "--max-seconds", "6", "--json",
+        )  # fmt: skip
+        try:
+            time.sleep(2)
+            # Through mq_cli's own connection from another "host": no FIFO wake-up.
+            db.sql(
+                "INSERT INTO mq_messages (queue, payload, available_at, created_at) "
+                "VALUES ('q', '\\x7b7d', now(), now())"
+            )
+            started = time.monotonic()
+            while db.sql("SELECT COUNT(*) FROM mq_messages WHERE status <> 'done'") != [(0,)]:
+                assert time.monotonic() - started < 3, "not run within a poll"
+                time.sleep(0.05)
+            out, err = drain.communicate(timeout=30)
+        finally:
+            drain.kill()
+            drain.wait()
+        assert drain.returncode == 0, err
+        text = err.decode()
+        assert json.loads(out)["succeeded"] == 1
+        assert text.count("through a pooler in transaction mode: no LISTEN") == 1
+        assert text.count("through a pooler in transaction mode: no session lock") == 1
+        assert "Traceback" not in text and "prepared statement" not in text
