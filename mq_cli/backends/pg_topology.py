@@ -9,8 +9,10 @@ finds it missing or already there), session advisory locks (the drain's
 liveness lock), ``LISTEN``. In session mode a client keeps its server session
 until it disconnects, so everything works as direct.
 
-mq never prepares statements on the server unless ``pooler: none`` says that
-nothing sits in between (nothing measurable is lost: see the README). The mode
+mq prepares statements on the server (psycopg's default) only where no pooler
+sits in between: ``pooler: none``, or ``auto`` when none was detected. A drain
+alone pays about half its speed for planning every statement again (see the
+README), so ``auto`` does not give that up on a direct connection. The mode
 decides the rest: through a transaction pooler a drain takes no session lock
 (heartbeats alone tell a live drain; `stalled_after` is the fallback) and a
 waiting drain polls instead of listening.
@@ -39,9 +41,10 @@ READ_ONLY = "the database is read-only (a standby?)"
 
 
 def prepare_threshold(settings: DatabaseSettings) -> int | None:
-    """psycopg's prepare_threshold: None (never prepare on the server) unless the
-    config says no pooler sits in between."""
-    return 5 if settings.pooler == "none" else None
+    """psycopg's prepare_threshold at connect: None (never prepare on the server)
+    where the config names a pooler; for ``auto``, :func:`probe_session` decides
+    before any statement has run often enough to be prepared."""
+    return 5 if settings.pooler in ("none", "auto") else None
 
 
 def probe_session(conn: Any) -> tuple[bool, bool]:
@@ -101,8 +104,8 @@ def checks(
             ]
         return [(
             "pooler", True,
-            "none detected (pooler: auto); behind one that passes the server's session key on, "
-            "set pooler: transaction or session",
+            "none detected (pooler: auto): statements prepared on the server; behind a pooler "
+            "that passes the server's session key on, set pooler: transaction or session",
             False,
         )]  # fmt: skip
     if mode == "session":

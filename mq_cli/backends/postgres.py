@@ -179,6 +179,8 @@ class PostgresBackend(SqlBackend):
             conn.close()
             raise self._wrap(exc, connecting=True) from None
         self.pool_mode = topology.pool_mode(s, self.pooler_seen)
+        if self.pooler_seen:
+            conn.prepare_threshold = None  # the probe ran once: nothing is prepared yet
         if self.in_recovery and not self.standby_ok:
             conn.close()
             raise DatabaseError(topology.read_only_text(s))
