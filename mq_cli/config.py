@@ -43,6 +43,7 @@ class QueueConfig:
     unique_retention: float = 0.0
     requeue_stalled: bool = False  # `mq drain` requeues the queue's stalled messages first
     group_ack: bool = False  # delete a batch's successes in one statement (see README)
+    ack_delay: float = 0.02  # group_ack: the longest a success waits for its group's DELETE
     quiet_retries: bool = False  # a failure that will be retried is logged only with -v
     notify: bool = True  # PostgreSQL: each enqueue NOTIFYs waiting drains on any host
     on_stalled: str | None = None  # callback for `mq gc --stalled --notify`
@@ -104,6 +105,7 @@ QUEUE_KEYS: dict[str, Any] = {
     "unique_retention": parse_duration,
     "requeue_stalled": _bool,
     "group_ack": _bool,
+    "ack_delay": parse_duration,
     "quiet_retries": _bool,
     "notify": _bool,
     "on_stalled": _handler,

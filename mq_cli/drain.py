@@ -67,6 +67,7 @@ class Drain:
         self.runner: handlers.Runner | None = None
         self.held: set[int] = set()  # claimed ids whose result is not recorded yet
         self.done: list[Message] = []  # succeeded, deletion deferred (group_ack)
+        self.done_since = 0.0  # time.monotonic() when the oldest of them succeeded
         self._backend: Backend | None = None
         # Until when (time.monotonic) no gc can take what this drain holds:
         # half of stalled_after after the last claim or heartbeat that covered it.
@@ -371,7 +372,14 @@ class Drain:
             tick_every = min(tick_every, liveness.PROBE_EVERY)
         self._last_beat = time.monotonic()
 
+        if queue.group_ack:
+            # A success waits at most ack_delay for its group's DELETE, even while
+            # the next handler runs for minutes: the runner's wait loop ticks that often.
+            tick_every = min(tick_every, max(queue.ack_delay, 0.001))
+
         def tick() -> None:
+            if self.done and time.monotonic() - self.done_since >= queue.ack_delay:
+                self._acknowledge_group(queue)
             if time.monotonic() - self._last_beat >= beat_every:
                 self._heartbeat()
             elif fenced and time.monotonic() - self.last_proof >= liveness.PROBE_EVERY:
@@ -486,6 +494,8 @@ class Drain:
                 outcome = handlers.Outcome(ok=False, error="interrupted: the drain was stopped")
             if outcome.ok and self._deferrable(queue, message):
                 self.report.succeeded += 1
+                if not self.done:
+                    self.done_since = time.monotonic()
                 self.done.append(message)
             else:
                 self._acknowledge(queue, message, outcome)
@@ -500,7 +510,9 @@ class Drain:
         return queue.group_ack and not (queue.unique_retention > 0 and message.unique_key)
 
     def _acknowledge_group(self, queue: QueueConfig) -> None:
-        """One DELETE for the batch's successes: a crash before it re-runs them (at most a batch)."""
+        """One DELETE for the successes so far: at the batch's end, or once the oldest has
+        waited ack_delay. A crash before it re-runs them (at most a batch, at most
+        ack_delay old but for the DELETE's own time)."""
         ids = [m.id for m in self.done]
         deleted = self._db(lambda b: b.ack_success_many(ids, self.owner))
         self.done = []

@@ -306,6 +306,34 @@ def test_group_ack_deletes_a_batch_in_one_statement(db, ran, tmp_path):
     assert len(left) == 12 and {r[1] for r in left} == {"ready"}
 
 
+def test_group_ack_does_not_hold_a_success_back_behind_a_slow_handler(db, ran, tmp_path):
+    """group_ack commits a group once its oldest success has waited ack_delay: a
+    long handler that follows does not keep the first message in the table."""
+    config(
+        tmp_path,
+        "queues:\n  jobs: {handler: 'tests.jobs:sleepy', group_ack: true, batch_size: 2,"
+        " ack_delay: 50ms}\n",
+    )
+    fast, slow = enqueue(db, "jobs", '{"n": 1}', '{"n": 2, "sleep": 4}')
+    drain = db.spawn("drain", "-q", "jobs", env=db.env(MQ_TEST_LOG=str(tmp_path / "ran.jsonl")))
+    try:
+        deadline = time.monotonic() + 20
+        while not ran() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        done_at = time.monotonic()
+        while [r[0] for r in rows(db, "jobs")] != [slow] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        waited = time.monotonic() - done_at
+        assert [r[0] for r in rows(db, "jobs")] == [slow], "the fast message was not deleted"
+        assert drain.poll() is None, "the slow handler should still run"
+    finally:
+        out, err = drain.communicate(timeout=30)
+    assert drain.returncode == 0, err
+    assert waited < 2.0, f"the first success waited {waited:.2f} s for its DELETE"
+    assert rows(db, "jobs") == []
+    assert fast != slow
+
+
 def test_group_ack_still_keeps_unique_tombstones(db, ran, tmp_path):
     config(
         tmp_path,
