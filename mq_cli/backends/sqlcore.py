@@ -248,6 +248,11 @@ class SqlBackend(SqlOperate, SqlRunLog):
         """One autocommitted statement; deadlocks and lock waits are retried."""
         return self._retried(lambda: Tx(self._cursor()).change(sql, params))
 
+    def _ack_change(self, sql: str, params: Sequence[object]) -> int:
+        """:meth:`_change` for a drain's acknowledgements and heartbeats: a dialect
+        may check less after each of these (SQLite's -wal guard)."""
+        return self._change(sql, params)
+
     def _write_rows(self, sql: str, params: Sequence[object]) -> list[Any]:
         """One autocommitted statement that changes rows and returns some (RETURNING)."""
         return self._retried(lambda: Tx(self._cursor()).rows(sql, params))
@@ -462,25 +467,25 @@ class SqlBackend(SqlOperate, SqlRunLog):
     def ack_success(self, message: Message, owner: str, retention: float = 0.0) -> bool:
         if retention > 0 and message.unique_key is not None:
             params = (self._shift(retention), message.id, owner)
-            return self._change(self._sql["ack_tombstone"], params) == 1
-        return self._change(self._sql["ack_delete"], (message.id, owner)) == 1
+            return self._ack_change(self._sql["ack_tombstone"], params) == 1
+        return self._ack_change(self._sql["ack_delete"], (message.id, owner)) == 1
 
     def ack_success_many(self, ids: Sequence[int], owner: str) -> int:
-        return self._change(self._with_ids("ack_delete_many", ids), (*ids, owner))
+        return self._ack_change(self._with_ids("ack_delete_many", ids), (*ids, owner))
 
     def ack_failure(
         self, message: Message, owner: str, error: str, retry_in: float, failed: bool
     ) -> bool:
         status = "failed" if failed else initial_status(retry_in)
         params = (status, self._storable(error), self._shift(retry_in), message.id, owner)
-        return self._change(self._sql["ack_failure"], params) == 1
+        return self._ack_change(self._sql["ack_failure"], params) == 1
 
     def _storable(self, value: str) -> str:
         """A handler's text (its error) as this database can store it."""
         return value
 
     def heartbeat(self, ids: Sequence[int], owner: str) -> int:
-        return self._change(self._with_ids("heartbeat", ids), (*ids, owner)) if ids else 0
+        return self._ack_change(self._with_ids("heartbeat", ids), (*ids, owner)) if ids else 0
 
     def release(self, ids: Sequence[int], owner: str) -> int:
         return self._change(self._with_ids("release", ids), (*ids, owner)) if ids else 0

@@ -7,16 +7,23 @@ a new one, and every commit made here from then on is lost to them, though
 reported as done. Nothing in SQLite tells us, so we look: the files' identity
 (device, inode) when the connection opened them against what the paths name
 now. Our connection keeps the old inodes in use, so a recreated file cannot
-reuse one. Two stat() calls, ~3 µs each, per write transaction.
+reuse one. Two stat() calls, ~3 µs each: at every commit of a transaction (a
+claim, an enqueue: what is reported done), and at most every ``ACK_EVERY``
+seconds after a single statement (an acknowledgement, a heartbeat: one lost
+to a deleted file only runs its message again, and the drain's next claim
+checks before it commits). See SqliteBackend._ack_change.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 from ..errors import DatabaseError
 
 SUFFIXES = ("-wal", "-shm")
+#: seconds between two checks after single statements (a drain acknowledges thousands a second)
+ACK_EVERY = 0.02
 
 
 def _identity(path: str) -> tuple[int, int] | None:
@@ -33,13 +40,20 @@ class WalGuard:
     def __init__(self, path: str) -> None:
         self.paths = [path + suffix for suffix in SUFFIXES]
         self.known: list[tuple[int, int] | None] = [None, None]
+        self.checked = 0.0  # time.monotonic() of the last check
 
     def remember(self) -> None:
         """Call once the connection has the files open (after its first read)."""
         self.known = [_identity(p) for p in self.paths]
 
+    def check_soon(self) -> None:
+        """:meth:`check`, unless one ran within the last ACK_EVERY seconds."""
+        if time.monotonic() - self.checked >= ACK_EVERY:
+            self.check()
+
     def check(self) -> None:
         """DatabaseError if a file we opened is gone or replaced."""
+        self.checked = time.monotonic()
         for index, path in enumerate(self.paths):
             now = _identity(path)
             known = self.known[index]
