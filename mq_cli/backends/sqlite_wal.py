@@ -7,11 +7,11 @@ a new one, and every commit made here from then on is lost to them, though
 reported as done. Nothing in SQLite tells us, so we look: the files' identity
 (device, inode) when the connection opened them against what the paths name
 now. Our connection keeps the old inodes in use, so a recreated file cannot
-reuse one. Two stat() calls, ~3 µs each: at every commit of a transaction (a
-claim, an enqueue: what is reported done), and at most every ``ACK_EVERY``
-seconds after a single statement (an acknowledgement, a heartbeat: one lost
-to a deleted file only runs its message again, and the drain's next claim
-checks before it commits). See SqliteBackend._ack_change.
+reuse one. Two stat() calls, ~3 µs each: after every write (a claim, an
+enqueue: what is reported done), but at most every ``ACK_EVERY`` seconds after
+a drain's acknowledgements and heartbeats (one lost to a deleted file only runs
+its message again, and the drain's next claim checks at its commit; see
+SqliteBackend._ack_change).
 """
 
 from __future__ import annotations
