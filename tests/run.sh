@@ -3,7 +3,10 @@
 # test tools (.venv), a running MariaDB (tests/mariadb.sh) and PostgreSQL
 # (tests/postgres.sh), pgbouncer (tests/pgbouncer.sh), libfaketime
 # (tests/faketime.sh), headless Chromium (tests/chromium.sh), then pytest.
-# Extra arguments go to pytest, e.g. `tests/run.sh -k drain -x`.
+# Extra arguments go to pytest, e.g. `tests/run.sh -k drain -x`. Tests run in
+# MQ_TEST_WORKERS parallel processes (pytest-xdist, default 3; each test has
+# its own database, table, ports and lock dir); `tests/run.sh -n 0` runs them
+# in this process, one after another.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,4 +18,4 @@ bash tests/postgres.sh
 bash tests/pgbouncer.sh
 bash tests/faketime.sh
 bash tests/chromium.sh
-exec .venv/bin/python -m pytest "$@"
+exec .venv/bin/python -m pytest -n "${MQ_TEST_WORKERS:-3}" "$@"
