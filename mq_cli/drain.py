@@ -22,7 +22,7 @@ from contextlib import closing
 from types import FrameType
 from typing import Any
 
-from . import clock, guard, handlers, liveness, render, runlog, slots, wakeup
+from . import clock, fleet, guard, handlers, liveness, render, runlog, slots, wakeup
 from .backends.base import Backend
 from .config import Config, QueueConfig
 from .drain_types import DrainOptions, DrainReport
@@ -86,6 +86,7 @@ class Drain:
         # A heap of when (time.monotonic) the retries this drain recorded become ready.
         self.retries_due: list[float] = []
         self.runlog = runlog.RunLog(config, lambda: self.backend, lambda: self.owner, self.report)
+        self.fleet = fleet.Fleet(config, self._db, lambda: self.owner, lambda: self.live)
 
     # -- setup --------------------------------------------------------------
 
@@ -141,8 +142,13 @@ class Drain:
                     continue
                 concurrency = self.options.concurrency or queue.concurrency
                 slot = slots.acquire(self.config.lock_dir, queue.name, concurrency)
-                if slot is None:
-                    log.info("queue %s: all %d slot(s) busy on this host", queue.name, concurrency)
+                if slot is None or not self.fleet.take(queue):  # the host's, then the fleet's
+                    if slot is None:
+                        log.info(
+                            "queue %s: all %d slot(s) busy on this host", queue.name, concurrency
+                        )
+                    else:
+                        slot.release()
                     self.report.busy.append(queue.name)
                     continue
                 try:
@@ -151,6 +157,7 @@ class Drain:
                 except DatabaseError as exc:
                     raise self._with_recovery_hint(exc) from exc
                 finally:
+                    self.fleet.release()
                     slot.release()
         finally:
             for sig, handler in previous.items():
@@ -217,7 +224,7 @@ class Drain:
             self.runner.kill()
 
     def _should_stop(self) -> bool:
-        if self.signals:
+        if self.signals or self.fleet.lost:
             return True
         if self.deadline is not None and time.monotonic() >= self.deadline:
             return True
@@ -311,6 +318,7 @@ class Drain:
         if self.deadline is not None:
             pause = min(pause, max(self.deadline - time.monotonic(), 0.0))
         self.runlog.tick()
+        self.fleet.keep()
         if waiter is None:
             time.sleep(pause)
         elif waiter.wait(pause):
@@ -368,6 +376,7 @@ class Drain:
             elif fenced and time.monotonic() - self.last_proof >= liveness.PROBE_EVERY:
                 self._db(lambda b: b.probe())
             self.runlog.tick()
+            self.fleet.keep()
 
         def admit(index: int) -> bool:
             if time.monotonic() >= self.lease_until:
@@ -660,6 +669,7 @@ class Drain:
             time.sleep(0.2 * (attempt + 1))
         else:
             raise SessionLost(self._session_lost_text("could not take its lock back"))
+        self.fleet.retake(backend)
         ids = sorted(self.held) + [m.id for m in self.done]
         if ids and backend.heartbeat(ids, self.owner) < len(ids):
             raise SessionLost(self._session_lost_text("gc took messages it held"))

@@ -22,6 +22,7 @@ from ..errors import Deadlock, MqError, SchemaMissing
 from ..liveness import GRACE
 from ..models import Message, QueueStats
 from .base import load_queries, placeholders
+from .sqllimits import SqlLimits
 from .sqlops import SqlOperate, as_text
 from .sqlrunlog import SqlRunLog
 
@@ -154,7 +155,7 @@ def chunks(
         yield chunk
 
 
-class SqlBackend(SqlOperate, SqlRunLog):
+class SqlBackend(SqlOperate, SqlRunLog, SqlLimits):
     """The shared body of every SQL backend; a dialect subclasses it."""
 
     #: the dialect's name: its sql/<dialect>.sql and its ``kind``
@@ -406,7 +407,24 @@ class SqlBackend(SqlOperate, SqlRunLog):
         return self._transaction(lambda tx: self._claim_rows(tx, queue, limit, owner))
 
     def claim(self, queue: str, limit: int, owner: str) -> list[Message]:
-        rows = self._claim(queue, limit, owner)
+        return self._messages_of(self._claim(queue, limit, owner), owner)
+
+    def claim_limited(
+        self, queue: str, limit: int, owner: str, per_second: float, slept: float
+    ) -> tuple[list[Message], float | None]:
+        def body(tx: Tx) -> tuple[list[Any], float | None]:
+            granted, left = self._take_tokens(tx, queue, limit, per_second, slept)
+            rows = self._claim_rows(tx, queue, granted, owner) if granted else []
+            if len(rows) < granted:
+                self._refund_tokens(tx, queue, granted - len(rows))
+            if granted or not self._ready_exists(tx, queue):
+                return rows, None
+            return rows, max(1.0 - left, 0.0) / per_second
+
+        rows, throttled = self._transaction(body)
+        return self._messages_of(rows, owner), throttled
+
+    def _messages_of(self, rows: list[Any], owner: str) -> list[Message]:
         time_of = self._time
         return [
             Message(
