@@ -22,7 +22,7 @@ from contextlib import closing
 from types import FrameType
 from typing import Any
 
-from . import clock, fleet, guard, handlers, liveness, render, runlog, slots, wakeup
+from . import clock, fleet, guard, handlers, liveness, ratelimit, render, runlog, slots, wakeup
 from .backends.base import Backend
 from .config import Config, QueueConfig
 from .drain_types import DrainOptions, DrainReport
@@ -87,6 +87,7 @@ class Drain:
         self.retries_due: list[float] = []
         self.runlog = runlog.RunLog(config, lambda: self.backend, lambda: self.owner, self.report)
         self.fleet = fleet.Fleet(config, self._db, lambda: self.owner, lambda: self.live)
+        self.throttle = ratelimit.Throttle()
 
     # -- setup --------------------------------------------------------------
 
@@ -261,6 +262,11 @@ class Drain:
                         self.report.paused.append(queue.name)
                         return
                 batch = self._claim(queue)
+                if not batch and self.throttle.due_in is not None:  # ready, but no token yet
+                    wait, stop = self.options.wait, self._should_stop
+                    if self.throttle.wait(queue, self.deadline, wait, stop, self._ticks):
+                        continue
+                    return
                 if not batch:
                     if not self.options.wait:
                         return
@@ -280,6 +286,11 @@ class Drain:
             runner.close()
             if waiter is not None:
                 waiter.close()
+
+    def _ticks(self) -> None:
+        """Often, whatever the drain does: the run log's and the fleet slot's upkeep."""
+        self.runlog.tick()
+        self.fleet.keep()
 
     def _waiter(self, queue: QueueConfig) -> wakeup.Waiter | None:
         try:
@@ -317,8 +328,7 @@ class Drain:
             pause = max(due - now, 0.0) + RETRY_SLACK
         if self.deadline is not None:
             pause = min(pause, max(self.deadline - time.monotonic(), 0.0))
-        self.runlog.tick()
-        self.fleet.keep()
+        self._ticks()
         if waiter is None:
             time.sleep(pause)
         elif waiter.wait(pause):
@@ -347,7 +357,7 @@ class Drain:
                 # else on the queue, so put back all it holds there.
                 backend.release_owner(queue.name, self.owner)
             asked = time.monotonic()  # heartbeat_at is set later than this
-            return backend.claim(queue.name, size, self.owner)
+            return self.throttle.claim(backend, queue, size, self.owner)
 
         batch = self._db(claim)
         self._lease_for = queue.stalled_after / 2
@@ -375,8 +385,7 @@ class Drain:
                 self._heartbeat()
             elif fenced and time.monotonic() - self.last_proof >= liveness.PROBE_EVERY:
                 self._db(lambda b: b.probe())
-            self.runlog.tick()
-            self.fleet.keep()
+            self._ticks()
 
         def admit(index: int) -> bool:
             if time.monotonic() >= self.lease_until:
