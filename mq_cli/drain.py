@@ -102,14 +102,20 @@ class Drain:
         for name in names:
             queue = self.config.queue(name)
             path = self.options.handler or queue.handler
-            if not path:
-                where = self.config.source or "no config file"
-                raise ConfigError(
-                    f"queue {name!r} has no handler ({where}): set queues.{name}.handler "
-                    "in the config or pass --handler"
-                )
-            handlers.resolve(path)
-            plan.append((queue, path))
+            try:
+                if not path:
+                    where = self.config.source or "no config file"
+                    raise ConfigError(
+                        f"queue {name!r} has no handler ({where}): set queues.{name}.handler "
+                        "in the config or pass --handler"
+                    )
+                handlers.resolve(path)
+            except ConfigError as exc:  # seen in `mq status`, not only in one host's mail
+                from . import startfail
+
+                startfail.record(self.config, self._open_backend, name, str(exc))
+                raise
+            plan.append((queue, str(path)))
         return plan
 
     @property
@@ -130,7 +136,10 @@ class Drain:
         }
         try:
             slots.ensure_lock_dir(self.config.lock_dir)
-            paused = self._db(lambda b: b.paused())
+            paused, stuck = self._db(lambda b: b.drain_notes())
+            unstuck = [startfail_note(q) for q in stuck.keys() & set(self.runlog.queues)]
+            if unstuck:  # a drain of these queues could start again: no note for them
+                self._db(lambda b: b.meta_drop(unstuck))
             self._take_liveness()
             for queue, path in plan:
                 if self._should_stop():
@@ -690,6 +699,12 @@ class Drain:
             "handler was stopped; its messages come back through `mq gc --stalled --requeue` "
             "(or a requeue_stalled drain) within seconds"
         )
+
+
+def startfail_note(queue: str) -> str:
+    from .startfail import note_name
+
+    return note_name(queue)
 
 
 def _seconds(value: float) -> str:

@@ -124,6 +124,10 @@ class Backend(ABC):
         """Set meta rows, in one transaction."""
 
     @abstractmethod
+    def meta_drop(self, names: Sequence[str]) -> int:
+        """Delete meta rows, in one transaction; how many there were."""
+
+    @abstractmethod
     def clock_repair_back(self) -> int:
         """Ready messages created in the future (before a step back): created now,
         their delay kept. How many."""
@@ -351,6 +355,11 @@ class Backend(ABC):
     @abstractmethod
     def paused(self) -> dict[str, str]:
         """{queue: since} for every paused queue."""
+
+    @abstractmethod
+    def drain_notes(self) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
+        """What a drain reads as it starts, in one query: ({queue: since} of paused
+        queues, {queue: (since, error)} of queues no drain could start)."""
 
     @abstractmethod
     def set_paused(self, queue: str, paused: bool) -> bool:

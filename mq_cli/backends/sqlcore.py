@@ -56,14 +56,15 @@ def backoff(attempt: int) -> None:
     time.sleep(min(random.uniform(0.005, 0.05) * (attempt + 1), 0.5))
 
 
-def pause_key(queue: str) -> str:
-    """The meta row of a paused queue: meta names hold 64 characters, queue names
-    as many, so a long one is named by its hash (the value says which queue)."""
-    if len(queue) <= 57:
-        return f"paused:{queue}"
+def pause_key(queue: str, kind: str = "paused") -> str:
+    """The meta row of a paused queue (or of another ``kind`` of note): meta names
+    hold 64 characters, queue names as many, so a long one is named by its hash
+    (the value says which queue)."""
+    if len(kind) + 1 + len(queue) <= 64:
+        return f"{kind}:{queue}"
     import hashlib
 
-    return "paused#" + hashlib.sha256(queue.encode()).hexdigest()[:50]
+    return f"{kind}#" + hashlib.sha256(queue.encode()).hexdigest()[:50]
 
 
 class Tx:
@@ -337,15 +338,29 @@ class SqlBackend(SqlOperate, SqlRunLog, SqlLimits):
 
         self._transaction(body)
 
+    def meta_drop(self, names: Sequence[str]) -> int:
+        def body(tx: Tx) -> int:
+            return sum(tx.change(self._sql["meta_delete"], (name,)) for name in names)
+
+        return self._transaction(body)
+
     # -- pauses (in the meta table, so they hold for every host) ---------------
 
     def paused(self) -> dict[str, str]:
         """{queue: since} for every paused queue (since: the database's time, text)."""
-        found = {}
-        for _, value in self._rows(self._sql["meta_paused"]):
-            since, _, queue = str(value).partition("|")
-            found[queue] = since
-        return found
+        return self.drain_notes()[0]
+
+    def drain_notes(self) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
+        found: dict[str, str] = {}
+        stuck: dict[str, tuple[str, str]] = {}
+        for name, value in self._rows(self._sql["meta_notes"]):
+            since, _, rest = str(value).partition("|")
+            if str(name).startswith("paused"):
+                found[rest] = since
+            else:
+                queue, _, error = rest.partition("|")
+                stuck[queue] = (since, error)
+        return found, stuck
 
     def set_paused(self, queue: str, paused: bool) -> bool:
         """Pause or resume ``queue``; False when it already was so."""

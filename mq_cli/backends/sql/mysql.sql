@@ -419,10 +419,12 @@ SET available_at = TIMESTAMPADD(MICROSECOND,
     created_at = UTC_TIMESTAMP(6)
 WHERE status = 'ready' AND created_at > UTC_TIMESTAMP(6)
 
--- name: meta_paused
--- Paused queues (`mq pause`): 'paused:QUEUE', or 'paused#HASH' for a long name;
--- the value is "since|QUEUE".
-SELECT name, value FROM `{table}_meta` WHERE LEFT(name, 7) IN ('paused:', 'paused#')
+-- name: meta_notes
+-- What a drain reads as it starts. Paused queues (`mq pause`): 'paused:QUEUE',
+-- or 'paused#HASH' for a long name, the value "since|QUEUE"; queues no drain
+-- could start (mq_cli/startfail.py): 'nostart:QUEUE' or 'nostart#HASH', the
+-- value "since|QUEUE|error".
+SELECT name, value FROM `{table}_meta` WHERE LEFT(name, 7) IN ('paused:', 'paused#', 'nostart')
 
 -- name: meta_delete
 DELETE FROM `{table}_meta` WHERE name = %s
