@@ -52,6 +52,8 @@ def test_a_killed_drain_frees_its_fleet_slot_at_once(db, tmp_path):
     enqueue(db, "fl", 1, sleep=0, prefix="next")
     busy = finish([spawn_drain(db, second, history, "-q", "fl")])[0]
     assert busy["busy"] == ["fl"] and busy["succeeded"] == 0
+    status = db.run("-c", str(first), "status", "--json")
+    assert json.loads(status.stdout)["queues"]["fl"]["max_drains"] == {"limit": 1, "in_use": 1}
     holder.send_signal(signal.SIGKILL)
     holder.communicate()
     killed = time.monotonic()
@@ -62,6 +64,8 @@ def test_a_killed_drain_frees_its_fleet_slot_at_once(db, tmp_path):
         assert time.monotonic() - killed < 3.0, "the slot stayed taken after kill -9"
     # Session locks and lock files die with their holder: no wait for a bound.
     assert time.monotonic() - killed < 3.0
+    status = db.run("-c", str(first), "status", "--json")
+    assert json.loads(status.stdout)["queues"]["fl"]["max_drains"] == {"limit": 1, "in_use": 0}
 
 
 def test_check_and_drain_without_max_drains_are_unchanged(db, tmp_path):

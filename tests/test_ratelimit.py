@@ -6,6 +6,7 @@ record when they start (tests/faults/jobs.py).
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -44,6 +45,10 @@ def test_handlers_start_no_faster_than_the_rate(db, tmp_path):
     assert took < 6.0
     # Over any second: the rate, plus at most one second's worth saved up.
     assert most_in_a_second(times) <= 20
+    status = db.run("-c", str(configs[0]), "status", "--json")
+    assert status.exit_code == 0, status.output
+    limit = json.loads(status.stdout)["queues"]["r"]["rate_limit"]
+    assert limit["per_second"] == 10.0 and limit["throttled_seconds"] > 0
 
 
 def test_a_cron_drain_does_not_wait_long_for_a_far_token(db, tmp_path):
