@@ -88,3 +88,29 @@ def test_max_drains_is_validated(tmp_path, sqlite_db):
     result = sqlite_db.run("-c", str(path), "check")
     assert result.exit_code == 1
     assert "max_drains" in result.output and "between 1 and 1000" in result.output
+
+
+def test_check_says_how_the_limits_are_held(db, tmp_path):
+    settings = {"handler": SLOW, "max_drains": 2, "rate_limit": "600/min"}
+    config = host_config(tmp_path, db.url, 0, "fl", settings)
+    result = db.run("-c", str(config), "check")
+    line = next(x for x in result.stdout.splitlines() if "queue fl limits" in x)
+    assert line.startswith("ok") and "max_drains 2" in line and "rate_limit 10/s" in line
+    assert ("lock files" if db.kind == "sqlite" else "session locks") in line
+    db.sql("DROP TABLE mq_messages_rates")
+    result = db.run("-c", str(config), "check")
+    assert result.exit_code == 1
+    line = next(x for x in result.stdout.splitlines() if "queue fl limits" in x)
+    assert line.startswith("FAIL") and "mq init" in line
+    assert db.run("init").exit_code == 0
+    assert db.run("-c", str(config), "check").exit_code == 0
+
+
+def test_processes_start_no_more_drains_than_max_drains(db, tmp_path):
+    settings = {"handler": SLOW, "max_drains": 2, "concurrency": 4, "batch_size": 1}
+    config = host_config(tmp_path, db.url, 0, "fl", settings)
+    history = tmp_path / "history.jsonl"
+    enqueue(db, "fl", 8, sleep=0.3)
+    report = finish([spawn_drain(db, config, history, "-q", "fl", "--processes", "0")])[0]
+    assert report["succeeded"] == 8 and report["processes"] == 2
+    assert most_at_once(intervals(history)) == 2
