@@ -137,9 +137,8 @@ class Drain:
         try:
             slots.ensure_lock_dir(self.config.lock_dir)
             paused, stuck = self._db(lambda b: b.drain_notes())
-            unstuck = [startfail_note(q) for q in stuck.keys() & set(self.runlog.queues)]
-            if unstuck:  # a drain of these queues could start again: no note for them
-                self._db(lambda b: b.meta_drop(unstuck))
+            if stuck.keys() & set(self.runlog.queues):  # these can start again: no note
+                startfail_clear(self._db, stuck.keys() & set(self.runlog.queues))
             self._take_liveness()
             for queue, path in plan:
                 if self._should_stop():
@@ -701,10 +700,10 @@ class Drain:
         )
 
 
-def startfail_note(queue: str) -> str:
-    from .startfail import note_name
+def startfail_clear(db: Callable[..., Any], queues: set[str]) -> None:
+    from .startfail import clear
 
-    return note_name(queue)
+    clear(db, queues)
 
 
 def _seconds(value: float) -> str:

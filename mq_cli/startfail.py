@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from .backends.sqlcore import pause_key
 from .errors import MqError
@@ -49,3 +49,14 @@ def record(config: Config, open_backend: Callable[[], Backend], queue: str, erro
         backend.meta_put({note_name(queue): value})
     except MqError as exc:
         log.debug("no trace of the failed start left in the database: %s", exc)
+
+
+def clear(db: Callable[..., Any], queues: Iterable[str]) -> None:
+    """A drain of ``queues`` started: their notes go. ``db`` runs an operation (the
+    drain's, with its reconnects); a user who may not delete meta rows leaves them
+    (see the GRANTs in the README) and the drain carries on."""
+    names = [note_name(queue) for queue in queues]
+    try:
+        db(lambda backend: backend.meta_drop(names))
+    except MqError as exc:
+        log.warning("could not clear the note that no drain could start %s: %s", names, exc)
