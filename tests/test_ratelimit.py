@@ -43,8 +43,9 @@ def test_handlers_start_no_faster_than_the_rate(db, tmp_path):
     # A new bucket is full (one second's worth, 10), then 10 a second: 15 more take 1.5 s.
     assert times[-1] - times[0] >= 1.3
     assert took < 6.0
-    # Over any second: the rate, plus at most one second's worth saved up.
-    assert most_in_a_second(times) <= 20
+    # Over any second: the rate, plus at most one second's worth saved up (and one
+    # more at the window's edges: a handler starts a little after its token is granted).
+    assert most_in_a_second(times) <= 21
     status = db.run("-c", str(configs[0]), "status", "--json")
     assert status.exit_code == 0, status.output
     limit = json.loads(status.stdout)["queues"]["r"]["rate_limit"]

@@ -96,3 +96,34 @@ def test_a_killed_drain_frees_its_fleet_slot_after_stalled_after(galera_db, tmp_
         assert time.monotonic() - killed < bound + 3.0, "the slot stayed taken"
         time.sleep(0.2)
     assert time.monotonic() - killed < bound + 3.0
+
+
+def test_rate_limit_holds_across_nodes(galera_db, tmp_path):
+    db, urls = galera_db
+    settings = {"handler": SLOW, "rate_limit": "10/s"}
+    configs = [host_config(tmp_path, urls[h], h, "r", settings) for h in range(3)]
+    history = tmp_path / "history.jsonl"
+    enqueue(db, "r", 30, sleep=0)
+    reports = finish([spawn_drain(db, configs[h], history, "-q", "r") for h in range(3)])
+    assert sum(r["succeeded"] for r in reports) == 30
+    times = sorted(r["t"] for r in read(history) if r["event"] == "start")
+    # A full bucket (10), then 10 a second: 20 more take about 2 s.
+    assert times[-1] - times[0] >= 1.8
+    first = 0
+    for last in range(len(times)):
+        while times[last] - times[first] > 1.0:
+            first += 1
+        assert last - first + 1 <= 21  # the rate, one second's worth, one at an edge
+
+
+def test_status_names_why_no_drain_could_start(galera_db, tmp_path):
+    db, urls = galera_db
+    bad = host_config(tmp_path, urls[2], 2, "jobs", {"handler": "nosuch.module:fn"})
+    proc = spawn_drain(db, bad, tmp_path / "history.jsonl", "-q", "jobs")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and b"nosuch" in err
+    import json
+
+    result = db.run("status", "--json")  # through node 1
+    stuck = json.loads(result.stdout)["queues"]["jobs"]["cannot_start"]
+    assert "no module named 'nosuch'" in stuck["error"]
