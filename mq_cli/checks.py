@@ -12,6 +12,7 @@ from .errors import MqError
 
 if TYPE_CHECKING:
     from .backends.base import Backend
+    from .config import Config
 
 
 @dataclass(frozen=True)
@@ -52,11 +53,13 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
             except MqError as exc:
                 results.append(Check("database mode", False, str(exc)))
             results += [Check(*line) for line in backend.route_checks()]
-            results.append(_liveness(backend))
+            live = _liveness(backend)
+            results.append(live)
             schema = _schema(backend, config.table)
             results.append(schema)
             if schema.ok:
                 results.append(_run_log(backend, config.run_log_retention))
+                results += _limits(backend, config, session=not live.warn)
                 results += _writable(backend)
                 try:
                     results += [Check(*found) for found in backend.health()]
@@ -223,4 +226,57 @@ def _writable(backend: Backend) -> list[Check]:
             )
         else:
             results.append(Check("integrity", True, "PRAGMA quick_check ok"))
+    return results
+
+
+def _limits(backend: Backend, config: Config, session: bool) -> list[Check]:
+    """max_drains and rate_limit: how each is held here (``session``: the server gives
+    session locks, as for dead drains), and the tables they need."""
+    from .config import format_rate
+
+    limited = [q for q in config.queues.values() if q.max_drains or q.rate_limit]
+    try:
+        missing = backend.limits_missing()
+    except MqError as exc:
+        return [Check("fleet limits", False, str(exc))]
+    if not limited:
+        if missing:
+            return [
+                Check(
+                    "fleet limits",
+                    True,
+                    f"table(s) {', '.join(missing)} missing "
+                    "(no queue sets max_drains or rate_limit); run `mq init`",
+                    warn=True,
+                )
+            ]
+        return []
+    results = []
+    if backend.kind == "sqlite":
+        how = "lock files beside the database: a killed drain's slot is free at once"
+    elif not session:
+        how = "heartbeat rows: a killed drain's slot is free after the queue's stalled_after"
+    else:
+        how = "session locks: a killed drain's slot is free at once"
+    for queue in limited:
+        parts, ok = [], True
+        if queue.max_drains:
+            parts.append(f"max_drains {queue.max_drains} ({how})")
+        if queue.rate_limit:
+            rates = f"{backend.table}_rates"
+            if rates in missing:
+                ok = False
+                parts.append(
+                    f"rate_limit {format_rate(queue.rate_limit)}: table {rates} "
+                    "missing, drains of the queue exit 3: run `mq init`"
+                )
+            else:
+                parts.append(
+                    f"rate_limit {format_rate(queue.rate_limit)} (a token bucket in "
+                    f"table {rates}, for every host)"
+                )
+        if queue.max_drains and f"{backend.table}_slots" in missing and how.startswith("heart"):
+            ok = False
+            parts.append(f"table {backend.table}_slots missing: run `mq init`")
+        results.append(Check(f"queue {queue.name} limits", ok, "; ".join(parts)))
     return results

@@ -40,6 +40,8 @@ class QueueConfig:
     timeout: float = 600.0
     batch_size: int = 10
     concurrency: int = 1
+    max_drains: int | None = None  # drains of the queue at once across every host (fleet.py)
+    rate_limit: float | None = None  # handler starts per second across every host (ratelimit.py)
     unique_retention: float = 0.0
     requeue_stalled: bool = False  # `mq drain` requeues the queue's stalled messages first
     group_ack: bool = False  # delete a batch's successes in one statement (see README)
@@ -85,6 +87,43 @@ def _bool(value: object) -> bool:
     return value
 
 
+def _optional_int(lo: int, hi: int):
+    check = _positive_int(lo, hi)
+
+    def optional(value: object) -> int | None:
+        return None if value is None else check(value)
+
+    return optional
+
+
+#: a rate's unit -> its seconds
+RATE_UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "min": 60.0, "minute": 60.0, "h": 3600.0,
+              "hour": 3600.0}  # fmt: skip
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*([a-z]+)\s*$")
+
+
+def parse_rate(value: object) -> float | None:
+    """``20/s``, ``600/min``, ``5/h`` -> starts per second; None (YAML ``null``): no limit."""
+    if value is None:
+        return None
+    match = _RATE.match(value) if isinstance(value, str) else None
+    if not match or match.group(2) not in RATE_UNITS:
+        raise ValueError(f"expected a rate such as 20/s, 600/min or 5/h, got {value!r}")
+    per_second = float(match.group(1)) / RATE_UNITS[match.group(2)]
+    if not 0 < per_second <= 1_000_000:
+        raise ValueError(f"must be more than 0 and at most 1000000/s, got {value!r}")
+    return per_second
+
+
+def format_rate(per_second: float) -> str:
+    """A rate as the config would say it: ``20/s``, ``600/min`` -> ``10/s``, ``5/h``."""
+    for unit, seconds in (("s", 1.0), ("min", 60.0), ("h", 3600.0)):
+        count = per_second * seconds
+        if count >= 1 and abs(count - round(count)) < 1e-9:
+            return f"{round(count)}/{unit}"
+    return f"{per_second * 3600:g}/h"
+
+
 def _positive_duration(value: object) -> float:
     seconds = parse_duration(value)
     if seconds <= 0:
@@ -102,6 +141,8 @@ QUEUE_KEYS: dict[str, Any] = {
     "timeout": parse_duration,
     "batch_size": _positive_int(1, 10_000),
     "concurrency": _positive_int(1, 256),
+    "max_drains": _optional_int(1, 1000),
+    "rate_limit": parse_rate,
     "unique_retention": parse_duration,
     "requeue_stalled": _bool,
     "group_ack": _bool,

@@ -22,7 +22,7 @@ from contextlib import closing
 from types import FrameType
 from typing import Any
 
-from . import clock, guard, handlers, liveness, render, runlog, slots, wakeup
+from . import clock, fleet, guard, handlers, liveness, ratelimit, render, runlog, slots, wakeup
 from .backends.base import Backend
 from .config import Config, QueueConfig
 from .drain_types import DrainOptions, DrainReport
@@ -92,6 +92,8 @@ class Drain:
         self.runlog = runlog.RunLog(config, lambda: self.backend, lambda: self.owner, self.report)
         failover = bool(config.database.hosts)
         self.reconnect_for = RECONNECT_FAILOVER_FOR if failover else RECONNECT_FOR
+        self.fleet = fleet.Fleet(config, self._db, lambda: self.owner, lambda: self.live)
+        self.throttle = ratelimit.Throttle()
 
     # -- setup --------------------------------------------------------------
 
@@ -106,14 +108,20 @@ class Drain:
         for name in names:
             queue = self.config.queue(name)
             path = self.options.handler or queue.handler
-            if not path:
-                where = self.config.source or "no config file"
-                raise ConfigError(
-                    f"queue {name!r} has no handler ({where}): set queues.{name}.handler "
-                    "in the config or pass --handler"
-                )
-            handlers.resolve(path)
-            plan.append((queue, path))
+            try:
+                if not path:
+                    where = self.config.source or "no config file"
+                    raise ConfigError(
+                        f"queue {name!r} has no handler ({where}): set queues.{name}.handler "
+                        "in the config or pass --handler"
+                    )
+                handlers.resolve(path)
+            except ConfigError as exc:  # seen in `mq status`, not only in one host's mail
+                from . import startfail
+
+                startfail.record(self.config, self._open_backend, name, str(exc))
+                raise
+            plan.append((queue, str(path)))
         return plan
 
     @property
@@ -134,7 +142,9 @@ class Drain:
         }
         try:
             slots.ensure_lock_dir(self.config.lock_dir)
-            paused = self._db(lambda b: b.paused())
+            paused, stuck = self._db(lambda b: b.drain_notes())
+            if stuck.keys() & set(self.runlog.queues):  # these can start again: no note
+                startfail_clear(self._db, stuck.keys() & set(self.runlog.queues))
             self._take_liveness()
             for queue, path in plan:
                 if self._should_stop():
@@ -147,8 +157,13 @@ class Drain:
                     continue
                 concurrency = self.options.concurrency or queue.concurrency
                 slot = slots.acquire(self.config.lock_dir, queue.name, concurrency)
-                if slot is None:
-                    log.info("queue %s: all %d slot(s) busy on this host", queue.name, concurrency)
+                if slot is None or not self.fleet.take(queue):  # the host's, then the fleet's
+                    if slot is None:
+                        log.info(
+                            "queue %s: all %d slot(s) busy on this host", queue.name, concurrency
+                        )
+                    else:
+                        slot.release()
                     self.report.busy.append(queue.name)
                     continue
                 try:
@@ -157,6 +172,7 @@ class Drain:
                 except DatabaseError as exc:
                     raise self._with_recovery_hint(exc) from exc
                 finally:
+                    self.fleet.release()
                     slot.release()
         finally:
             for sig, handler in previous.items():
@@ -223,7 +239,7 @@ class Drain:
             self.runner.kill()
 
     def _should_stop(self) -> bool:
-        if self.signals:
+        if self.signals or self.fleet.lost:
             return True
         if self.deadline is not None and time.monotonic() >= self.deadline:
             return True
@@ -260,6 +276,11 @@ class Drain:
                         self.report.paused.append(queue.name)
                         return
                 batch = self._claim(queue)
+                if not batch and self.throttle.due_in is not None:  # ready, but no token yet
+                    wait, stop = self.options.wait, self._should_stop
+                    if self.throttle.wait(queue, self.deadline, wait, stop, self._ticks):
+                        continue
+                    return
                 if not batch:
                     if not self.options.wait:
                         return
@@ -283,6 +304,11 @@ class Drain:
             runner.close()
             if waiter is not None:
                 waiter.close()
+
+    def _ticks(self) -> None:
+        """Often, whatever the drain does: the run log's and the fleet slot's upkeep."""
+        self.runlog.tick()
+        self.fleet.keep()
 
     def _waiter(self, queue: QueueConfig) -> wakeup.Waiter | None:
         try:
@@ -320,7 +346,7 @@ class Drain:
             pause = max(due - now, 0.0) + RETRY_SLACK
         if self.deadline is not None:
             pause = min(pause, max(self.deadline - time.monotonic(), 0.0))
-        self.runlog.tick()
+        self._ticks()
         if waiter is None:
             time.sleep(pause)
         elif waiter.wait(pause):
@@ -349,7 +375,7 @@ class Drain:
                 # else on the queue, so put back all it holds there.
                 backend.release_owner(queue.name, self.owner)
             asked = time.monotonic()  # heartbeat_at is set later than this
-            return backend.claim(queue.name, size, self.owner)
+            return self.throttle.claim(backend, queue, size, self.owner)
 
         batch = self._db(claim)
         self._lease_for = queue.stalled_after / 2
@@ -384,7 +410,7 @@ class Drain:
                 self._heartbeat()
             elif fenced and time.monotonic() - self.last_proof >= liveness.PROBE_EVERY:
                 self._db(lambda b: b.probe())
-            self.runlog.tick()
+            self._ticks()
 
         def admit(index: int) -> bool:
             if time.monotonic() >= self.lease_until:
@@ -688,6 +714,7 @@ class Drain:
             time.sleep(0.2 * (attempt + 1))
         else:
             raise SessionLost(self._session_lost_text("could not take its lock back"))
+        self.fleet.retake(backend)
         ids = sorted(self.held) + [m.id for m in self.done]
         if ids and backend.heartbeat(ids, self.owner) < len(ids):
             raise SessionLost(self._session_lost_text("gc took messages it held"))
@@ -711,6 +738,12 @@ class Drain:
             "handler was stopped; its messages come back through `mq gc --stalled --requeue` "
             "(or a requeue_stalled drain) within seconds"
         )
+
+
+def startfail_clear(db: Callable[..., Any], queues: set[str]) -> None:
+    from .startfail import clear
+
+    clear(db, queues)
 
 
 def _seconds(value: float) -> str:

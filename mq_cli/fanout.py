@@ -28,12 +28,14 @@ def plan(
     config: Config, queues: Sequence[str], processes: int, concurrency: int | None
 ) -> list[str]:
     """The queue of each child to start, in order: ``processes`` per queue, or
-    (0) as many as the queue's concurrency allows."""
+    (0) as many as the queue's concurrency allows; never more than its max_drains
+    (the others would find no fleet slot)."""
     names = list(queues) or list(config.queues)
     children = []
     for name in names:
-        count = processes or concurrency or config.queue(name).concurrency
-        children += [name] * count
+        queue = config.queue(name)
+        count = processes or concurrency or queue.concurrency
+        children += [name] * min(count, queue.max_drains or count)
     return children
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import ConfigError, DatabaseError
 from .models import QueueStats, Run, Slice
 from .runlog import LIVE_WITHIN, Histogram
+from .status_limits import QueueLimits
 
 if TYPE_CHECKING:
     from .api import MQ
@@ -61,6 +62,7 @@ class QueueStatus:
     stats: QueueStats
     minute: Throughput
     hour: Throughput
+    limits: QueueLimits = field(default_factory=QueueLimits)
 
 
 @dataclass
@@ -138,6 +140,7 @@ class Status:
                     "last_hour": {"done": q.hour.done, "failed": q.hour.failed},
                     "wait_seconds": q.hour.quantiles("wait"),
                     "duration_seconds": q.hour.quantiles("duration"),
+                    **q.limits.to_json(),
                 }
                 for name, q in self.queues.items()
             },
@@ -179,9 +182,16 @@ def read(mq: MQ, backend: Backend, queue: str | None = None) -> Status:
                 f"recorded; queues: {', '.join(existing) or 'none'}"
             )
     names = {queue} if queue is not None else set(stats) | {s.queue for s in slices}
+    from . import status_limits
+
+    limits = status_limits.read(mq.config, backend, names)
+    if queue is None:
+        names |= limits.keys()  # a queue whose drains never start may have no other trace
     queues: dict[str, QueueStatus] = {}
     for name in sorted(names):
-        queues[name] = QueueStatus(stats.get(name, QueueStats()), Throughput(), Throughput())
+        queues[name] = QueueStatus(
+            stats.get(name, QueueStats()), Throughput(), Throughput(), limits[name]
+        )
     for piece in slices:
         entry = queues.get(piece.queue)
         if entry is None:
@@ -256,6 +266,11 @@ def text(status: Status) -> str:
         headers = ["QUEUE", "READY", "PROCESSING", "FAILED", "OLDEST", "DONE/FAILED 1M",
                    "DONE/FAILED 1H", "WAIT P50/P95", "RUN P50/P95"]  # fmt: skip
         parts.append("queues (wait and run time over the last hour):\n" + table(headers, rows))
+        notes = [
+            f"  {name}: {line}" for name, q in status.queues.items() for line in q.limits.lines()
+        ]
+        if notes:
+            parts.append("queue limits and problems:\n" + "\n".join(printable(n) for n in notes))
     else:
         parts.append("queues: none configured, no messages stored, no drain recorded")
     if status.runs:

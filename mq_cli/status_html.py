@@ -142,6 +142,7 @@ def _queues(status: Status) -> str:
         wait = q.hour.quantiles("wait")
         took = q.hour.quantiles("duration")
         label = _e(name) + (' <span class="paused">(paused)</span>' if s.paused else "")
+        label += "".join(f'<br><span class="muted">{_e(line)}</span>' for line in q.limits.lines())
         rows.append([
             label, _e(s.ready), _e(s.delayed), _e(s.processing), _e(s.stalled), _e(s.failed),
             _e(seconds_text(s.oldest_ready_seconds)),

@@ -11,6 +11,7 @@ HANDLER = "tests.handlers:sleeps"
 QUEUE_KEYS = {
     "ready", "delayed", "processing", "stalled", "failed", "oldest_ready_seconds", "paused",
     "last_minute", "last_hour", "wait_seconds", "duration_seconds",
+    "max_drains", "rate_limit", "cannot_start",  # the third round's fleet limits, why none started
 }  # fmt: skip
 RUN_KEYS = {
     "id", "owner", "host", "pid", "queue", "queues", "state", "started_at", "ended_at",
@@ -72,6 +73,8 @@ def test_status_after_a_drain(db):
     jobs = found["queues"]["jobs"]
     assert set(jobs) == QUEUE_KEYS
     assert jobs["ready"] == 1 and jobs["paused"] is False
+    assert jobs["max_drains"] is None and jobs["rate_limit"] is None
+    assert jobs["cannot_start"] is None
     assert jobs["last_minute"] == {"done": 3, "failed": 1}
     assert jobs["last_hour"] == {"done": 3, "failed": 1}
     assert set(jobs["wait_seconds"]) == {"p50", "p95"}

@@ -124,6 +124,10 @@ class Backend(ABC):
         """Set meta rows, in one transaction."""
 
     @abstractmethod
+    def meta_drop(self, names: Sequence[str]) -> int:
+        """Delete meta rows, in one transaction; how many there were."""
+
+    @abstractmethod
     def clock_repair_back(self) -> int:
         """Ready messages created in the future (before a step back): created now,
         their delay kept. How many."""
@@ -162,6 +166,15 @@ class Backend(ABC):
     @abstractmethod
     def claim(self, queue: str, limit: int, owner: str) -> list[Message]:
         """Mark up to ``limit`` ready messages `processing` for ``owner``; return them."""
+
+    @abstractmethod
+    def claim_limited(
+        self, queue: str, limit: int, owner: str, per_second: float, slept: float
+    ) -> tuple[list[Message], float | None]:
+        """``claim`` under the queue's token bucket (rate_limit, one transaction): at
+        most as many as it grants; ``slept``: seconds the caller waited for tokens
+        (added up for `mq status`). Returns (the messages, None), or, when no token
+        was due while messages are ready, ([], seconds until the next one is)."""
 
     @abstractmethod
     def ack_success(self, message: Message, owner: str, retention: float = 0.0) -> bool:
@@ -349,8 +362,44 @@ class Backend(ABC):
         """{queue: since} for every paused queue."""
 
     @abstractmethod
+    def drain_notes(self) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
+        """What a drain reads as it starts, in one query: ({queue: since} of paused
+        queues, {queue: (since, error)} of queues no drain could start)."""
+
+    @abstractmethod
     def set_paused(self, queue: str, paused: bool) -> bool:
         """Pause or resume ``queue`` for every host; False when it already was so."""
+
+    # -- fleet limits (mq_cli/fleet.py, mq_cli/ratelimit.py) ------------------------
+
+    #: the named statements that create the fleet limits' tables (`mq init`)
+    limits_ddl: tuple[str, ...] = ()
+
+    @abstractmethod
+    def limits_missing(self) -> list[str]:
+        """The fleet limits' tables that do not exist."""
+
+    @abstractmethod
+    def slot_row_take(self, queue: str, slot: int, owner: str, stale_after: float) -> bool:
+        """Take slot row ``slot`` of ``queue`` if free or its heartbeat is older than
+        ``stale_after`` seconds; True when ``owner`` holds it now."""
+
+    @abstractmethod
+    def slot_row_keep(self, queue: str, slot: int, owner: str) -> bool:
+        """Refresh the heartbeat of a slot row ``owner`` holds; False when it lost it."""
+
+    @abstractmethod
+    def slot_row_release(self, queue: str, slot: int, owner: str) -> None:
+        """Free a slot row ``owner`` holds."""
+
+    @abstractmethod
+    def slot_rows_in_use(self, queue: str, slots: int, stale_after: float) -> int:
+        """How many of slot rows 0 .. ``slots`` - 1 have a fresh heartbeat."""
+
+    @abstractmethod
+    def rate_state(self, queue: str) -> tuple[float, float, float] | None:
+        """``queue``'s bucket: (per second, tokens now, seconds drains waited for
+        tokens); None when no drain used one yet."""
 
     # -- the run log (mq_cli/runlog.py; times: Unix seconds, the database's clock) --
 

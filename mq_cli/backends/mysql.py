@@ -117,7 +117,7 @@ class MysqlBackend(SqlBackend):
     driver_errors = (pymysql.MySQLError, OSError)
     #: the run log's indexes are part of its CREATE TABLEs (MySQL has no CREATE INDEX IF NOT EXISTS)
     runlog_ddl = ("create_runs", "create_rollup")
-    ddl_names = ("create_table", "create_meta", *runlog_ddl)
+    ddl_names = ("create_table", "create_meta", *runlog_ddl, *SqlBackend.limits_ddl)
 
     def __init__(self, settings: DatabaseSettings, table: str, *, create: bool = False):
         self.settings = settings

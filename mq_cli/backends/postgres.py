@@ -95,7 +95,7 @@ class PostgresBackend(SqlBackend):
     kind = dialect = "postgres"
     ddl_names = (
         "create_table", "create_claim_index", "create_unique_index", "create_due_index",
-        "create_meta", *SqlBackend.runlog_ddl,
+        "create_meta", *SqlBackend.runlog_ddl, *SqlBackend.limits_ddl,
     )  # fmt: skip
     #: bytea holds up to 1 GB; payloads travel as binary parameters (no escaping)
     max_payload = 1_000_000_000 - 1024
@@ -345,6 +345,11 @@ class PostgresBackend(SqlBackend):
     def _claim(self, queue: str, limit: int, owner: str) -> list[Any]:
         rows = self._write_rows(self._sql["claim"], (queue, limit, owner))
         rows.sort(key=lambda row: (-row[2], row[5], row[0]))  # the claim index's order
+        return rows
+
+    def _claim_rows(self, tx: Tx, queue: str, limit: int, owner: str) -> list[Any]:
+        rows = tx.rows(self._sql["claim"], (queue, limit, owner))
+        rows.sort(key=lambda row: (-row[2], row[5], row[0]))
         return rows
 
     def explain_claim(self, queue: str, limit: int) -> list[str]:

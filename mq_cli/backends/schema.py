@@ -28,6 +28,12 @@ Schema versions:
   does not grow with the rows they cannot take. Users still see such messages
   as ready (delayed until their time), as before.
 
+The fleet limits' tables ``{table}_slots`` and ``{table}_rates`` (max_drains
+without session locks, rate_limit: mq_cli/fleet.py, mq_cli/ratelimit.py) came
+without a version of their own: like the run log's, `mq init` makes or restores
+them on a table of any version; a drain of a rate-limited queue refuses to run
+without them.
+
 A migration step ``n`` takes a table from version n to n + 1; after the steps,
 :func:`migrate` restores any missing column or index, then records the version.
 """
@@ -206,6 +212,10 @@ def _repair(backend: Backend, shape: Shape) -> list[str]:
             f"table {backend.table} has lost column(s) {', '.join(lost)}: {_repair_hint(lost[0])}"
         )
     done = _create_runlog(backend, "restored") if backend.runlog_missing() else []
+    missing = backend.limits_missing()
+    for name in backend.limits_ddl if missing else ():
+        backend.run_schema(name)
+    done += [f"created table {name} (max_drains, rate_limit)" for name in missing]
     for column in COLUMNS + backend.extra_columns:
         if column not in shape.columns:
             backend.run_schema(f"add_column_{column}")

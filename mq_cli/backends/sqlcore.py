@@ -22,6 +22,7 @@ from ..errors import Deadlock, MqError, SchemaMissing
 from ..liveness import GRACE
 from ..models import Message, QueueStats
 from .base import load_queries, placeholders
+from .sqllimits import SqlLimits
 from .sqlops import SqlOperate, as_text
 from .sqlrunlog import SqlRunLog
 
@@ -64,14 +65,15 @@ def backoff(attempt: int) -> None:
     time.sleep(min(random.uniform(0.005, 0.05) * (attempt + 1), 0.5))
 
 
-def pause_key(queue: str) -> str:
-    """The meta row of a paused queue: meta names hold 64 characters, queue names
-    as many, so a long one is named by its hash (the value says which queue)."""
-    if len(queue) <= 57:
-        return f"paused:{queue}"
+def pause_key(queue: str, kind: str = "paused") -> str:
+    """The meta row of a paused queue (or of another ``kind`` of note): meta names
+    hold 64 characters, queue names as many, so a long one is named by its hash
+    (the value says which queue)."""
+    if len(kind) + 1 + len(queue) <= 64:
+        return f"{kind}:{queue}"
     import hashlib
 
-    return "paused#" + hashlib.sha256(queue.encode()).hexdigest()[:50]
+    return f"{kind}#" + hashlib.sha256(queue.encode()).hexdigest()[:50]
 
 
 class Tx:
@@ -166,7 +168,7 @@ def chunks(
         yield chunk
 
 
-class SqlBackend(SqlOperate, SqlRunLog):
+class SqlBackend(SqlOperate, SqlRunLog, SqlLimits):
     """The shared body of every SQL backend; a dialect subclasses it."""
 
     #: the dialect's name: its sql/<dialect>.sql and its ``kind``
@@ -357,15 +359,29 @@ class SqlBackend(SqlOperate, SqlRunLog):
 
         self._transaction(body)
 
+    def meta_drop(self, names: Sequence[str]) -> int:
+        def body(tx: Tx) -> int:
+            return sum(tx.change(self._sql["meta_delete"], (name,)) for name in names)
+
+        return self._transaction(body)
+
     # -- pauses (in the meta table, so they hold for every host) ---------------
 
     def paused(self) -> dict[str, str]:
         """{queue: since} for every paused queue (since: the database's time, text)."""
-        found = {}
-        for _, value in self._rows(self._sql["meta_paused"]):
-            since, _, queue = str(value).partition("|")
-            found[queue] = since
-        return found
+        return self.drain_notes()[0]
+
+    def drain_notes(self) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
+        found: dict[str, str] = {}
+        stuck: dict[str, tuple[str, str]] = {}
+        for name, value in self._rows(self._sql["meta_notes"]):
+            since, _, rest = str(value).partition("|")
+            if str(name).startswith("paused"):
+                found[rest] = since
+            else:
+                queue, _, error = rest.partition("|")
+                stuck[queue] = (since, error)
+        return found, stuck
 
     def set_paused(self, queue: str, paused: bool) -> bool:
         """Pause or resume ``queue``; False when it already was so."""
@@ -433,20 +449,46 @@ class SqlBackend(SqlOperate, SqlRunLog):
         self._promoted[queue] = time.monotonic()
         return self._change(self._sql["promote"], (queue,))
 
+    def _promote_due(self, queue: str) -> bool:
+        """Promote if this connection has not for PROMOTE_EVERY; whether it did."""
+        if time.monotonic() - self._promoted.get(queue, -PROMOTE_EVERY) < PROMOTE_EVERY:
+            return False
+        self.promote(queue)
+        return True
+
     def _claim_promoting(self, queue: str, limit: int, owner: str) -> list[Any]:
         # Claims read ready rows only, so their cost does not grow with rows that
         # are not due. A due delayed message becomes ready within PROMOTE_EVERY
         # while the queue is busy, and before any claim comes back short of it.
-        promoted_now = time.monotonic() - self._promoted.get(queue, -PROMOTE_EVERY) >= PROMOTE_EVERY
-        if promoted_now:
-            self.promote(queue)
+        promoted_now = self._promote_due(queue)
         rows = self._claim(queue, limit, owner)
         if len(rows) < limit and not promoted_now and self.promote(queue):
             rows += self._claim(queue, limit - len(rows), owner)
         return rows
 
     def claim(self, queue: str, limit: int, owner: str) -> list[Message]:
-        rows = self._claim_promoting(queue, limit, owner)
+        return self._messages_of(self._claim_promoting(queue, limit, owner), owner)
+
+    def claim_limited(
+        self, queue: str, limit: int, owner: str, per_second: float, slept: float
+    ) -> tuple[list[Message], float | None]:
+        def body(tx: Tx, want: int, slept: float) -> tuple[list[Any], float | None]:
+            granted, left = self._take_tokens(tx, queue, want, per_second, slept)
+            rows = self._claim_rows(tx, queue, granted, owner) if granted else []
+            if len(rows) < granted:
+                self._refund_tokens(tx, queue, granted - len(rows))
+            if granted or not self._ready_exists(tx, queue):
+                return rows, None
+            return rows, max(1.0 - left, 0.0) / per_second
+
+        promoted_now = self._promote_due(queue)
+        rows, throttled = self._transaction(lambda tx: body(tx, limit, slept))
+        if throttled is None and len(rows) < limit and not promoted_now and self.promote(queue):
+            more, throttled = self._transaction(lambda tx: body(tx, limit - len(rows), 0.0))
+            rows += more
+        return self._messages_of(rows, owner), throttled
+
+    def _messages_of(self, rows: list[Any], owner: str) -> list[Message]:
         time_of = self._time
         return [
             Message(

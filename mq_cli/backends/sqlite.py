@@ -52,7 +52,7 @@ class SqliteBackend(SqlBackend):
     driver_errors = (sqlite3.DatabaseError,)
     ddl_names = (
         "create_table", "create_claim_index", "create_unique_index", "create_due_index",
-        "create_meta", *SqlBackend.runlog_ddl,
+        "create_meta", *SqlBackend.runlog_ddl, *SqlBackend.limits_ddl,
     )  # fmt: skip
     max_payload = 1_000_000_000 - 1024
     #: one writer at a time (BEGIN IMMEDIATE): nothing deadlocks, nothing to retry

@@ -438,10 +438,12 @@ SET available_at = TIMESTAMPADD(MICROSECOND,
     created_at = UTC_TIMESTAMP(6)
 WHERE status IN ('ready', 'delayed') AND created_at > UTC_TIMESTAMP(6)
 
--- name: meta_paused
--- Paused queues (`mq pause`): 'paused:QUEUE', or 'paused#HASH' for a long name;
--- the value is "since|QUEUE".
-SELECT name, value FROM `{table}_meta` WHERE LEFT(name, 7) IN ('paused:', 'paused#')
+-- name: meta_notes
+-- What a drain reads as it starts. Paused queues (`mq pause`): 'paused:QUEUE',
+-- or 'paused#HASH' for a long name, the value "since|QUEUE"; queues no drain
+-- could start (mq_cli/startfail.py): 'nostart:QUEUE' or 'nostart#HASH', the
+-- value "since|QUEUE|error".
+SELECT name, value FROM `{table}_meta` WHERE LEFT(name, 7) IN ('paused:', 'paused#', 'nostart')
 
 -- name: meta_delete
 DELETE FROM `{table}_meta` WHERE name = %s
@@ -564,3 +566,89 @@ GROUP BY queue, step ORDER BY queue, step
 
 -- name: held_by_owner
 SELECT owner, COUNT(*) FROM `{table}` WHERE queue = %s AND status = 'processing' GROUP BY owner
+
+-- Fleet limits (mq_cli/fleet.py, mq_cli/ratelimit.py). Times in these two
+-- tables are Unix seconds of the server's clock, as DOUBLE.
+
+-- name: create_slots
+-- max_drains where no session lock is shared by the fleet (Galera): one row per
+-- slot, held by its owner while its heartbeat is fresh.
+CREATE TABLE IF NOT EXISTS `{table}_slots` (
+  queue VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  slot INT NOT NULL,
+  owner VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NULL,
+  heartbeat_at DOUBLE NOT NULL DEFAULT 0,
+  PRIMARY KEY (queue, slot)
+) ENGINE=InnoDB
+
+-- name: create_rates
+-- rate_limit: one token bucket per queue.
+CREATE TABLE IF NOT EXISTS `{table}_rates` (
+  queue VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
+  per_second DOUBLE NOT NULL,
+  tokens DOUBLE NOT NULL,
+  updated_at DOUBLE NOT NULL,
+  granted INT NOT NULL DEFAULT 0,
+  throttled DOUBLE NOT NULL DEFAULT 0
+) ENGINE=InnoDB
+
+-- name: slot_seed
+INSERT IGNORE INTO `{table}_slots` (queue, slot, owner, heartbeat_at) VALUES (%s, %s, NULL, 0)
+
+-- name: slot_take
+-- Free, or its holder's heartbeat older than the bound (%s seconds): ours.
+UPDATE `{table}_slots`
+SET owner = %s, heartbeat_at = TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) / 1e6
+WHERE queue = %s AND slot = %s AND (owner IS NULL OR heartbeat_at
+  < TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) / 1e6 - %s)
+
+-- name: slot_keep
+UPDATE `{table}_slots`
+SET heartbeat_at = TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) / 1e6
+WHERE queue = %s AND slot = %s AND owner = %s
+
+-- name: slot_release
+UPDATE `{table}_slots` SET owner = NULL, heartbeat_at = 0
+WHERE queue = %s AND slot = %s AND owner = %s
+
+-- name: slots_in_use
+SELECT COUNT(*) FROM `{table}_slots`
+WHERE queue = %s AND slot < %s AND owner IS NOT NULL
+  AND heartbeat_at >= TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) / 1e6 - %s
+
+-- name: rate_take
+-- Refill by the time elapsed (at most `cap` tokens), grant up to `want` whole
+-- tokens. MySQL assigns left to right: `tokens` below sees the new `granted`
+-- and the old `updated_at`. The caller reads the row back (rate_read) in the
+-- same transaction, which holds its lock.
+INSERT INTO `{table}_rates` (queue, per_second, tokens, updated_at, granted, throttled)
+VALUES (%(queue)s, %(rate)s, %(tokens0)s,
+        TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) / 1e6, %(grant0)s, %(slept)s)
+ON DUPLICATE KEY UPDATE
+  granted = LEAST(%(want)s, FLOOR(LEAST(%(cap)s,
+    tokens + VALUES(per_second) * GREATEST(0, VALUES(updated_at) - updated_at)))),
+  tokens = LEAST(%(cap)s,
+    tokens + VALUES(per_second) * GREATEST(0, VALUES(updated_at) - updated_at)) - granted,
+  updated_at = GREATEST(updated_at, VALUES(updated_at)),
+  per_second = VALUES(per_second),
+  throttled = throttled + VALUES(throttled)
+
+-- name: rate_read
+SELECT granted, tokens FROM `{table}_rates` WHERE queue = %s
+
+-- name: rate_refund
+UPDATE `{table}_rates` SET tokens = tokens + %s WHERE queue = %s
+
+-- name: rate_state
+-- mq status: the rate the drains use, the tokens now (refilled), seconds throttled.
+SELECT per_second, LEAST(GREATEST(per_second, 1), tokens + per_second * GREATEST(0,
+         TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) / 1e6 - updated_at)),
+       throttled
+FROM `{table}_rates` WHERE queue = %s
+
+-- name: ready_exists
+-- Ready messages, or due delayed ones not promoted yet (each through its index).
+SELECT 1 FROM `{table}` WHERE queue = %s AND status = 'ready' AND available_at <= UTC_TIMESTAMP(6)
+UNION ALL
+SELECT 1 FROM `{table}` WHERE queue = %s AND status = 'delayed' AND available_at <= UTC_TIMESTAMP(6)
+LIMIT 1

@@ -418,10 +418,12 @@ UPDATE "{table}"
 SET available_at = available_at - (created_at - now()), created_at = now()
 WHERE status IN ('ready', 'delayed') AND created_at > now()
 
--- name: meta_paused
--- Paused queues (`mq pause`): 'paused:QUEUE', or 'paused#HASH' for a long name;
--- the value is "since|QUEUE".
-SELECT name, value FROM "{table}_meta" WHERE left(name, 7) IN ('paused:', 'paused#')
+-- name: meta_notes
+-- What a drain reads as it starts. Paused queues (`mq pause`): 'paused:QUEUE',
+-- or 'paused#HASH' for a long name, the value "since|QUEUE"; queues no drain
+-- could start (mq_cli/startfail.py): 'nostart:QUEUE' or 'nostart#HASH', the
+-- value "since|QUEUE|error".
+SELECT name, value FROM "{table}_meta" WHERE left(name, 7) IN ('paused:', 'paused#', 'nostart')
 
 -- name: meta_delete
 DELETE FROM "{table}_meta" WHERE name = %s
@@ -571,3 +573,89 @@ SELECT owner, COUNT(*) FROM "{table}" WHERE queue = %s AND status = 'processing'
 -- Wakes the drains waiting for the queue on any host (they LISTEN on the
 -- table's channel): delivered at commit, one per transaction and queue.
 SELECT pg_notify(%s, %s)
+
+-- Fleet limits (mq_cli/fleet.py, mq_cli/ratelimit.py). Times in these two
+-- tables are Unix seconds of the server's clock, as double precision.
+
+-- name: create_slots
+-- max_drains where session advisory locks do not hold (a transaction pooler):
+-- one row per slot, held by its owner while its heartbeat is fresh.
+CREATE TABLE IF NOT EXISTS "{table}_slots" (
+  queue TEXT COLLATE "C" NOT NULL,
+  slot INTEGER NOT NULL,
+  owner TEXT COLLATE "C",
+  heartbeat_at DOUBLE PRECISION NOT NULL DEFAULT 0,
+  PRIMARY KEY (queue, slot)
+)
+
+-- name: create_rates
+-- rate_limit: one token bucket per queue.
+CREATE TABLE IF NOT EXISTS "{table}_rates" (
+  queue TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+  per_second DOUBLE PRECISION NOT NULL,
+  tokens DOUBLE PRECISION NOT NULL,
+  updated_at DOUBLE PRECISION NOT NULL,
+  granted INTEGER NOT NULL DEFAULT 0,
+  throttled DOUBLE PRECISION NOT NULL DEFAULT 0
+)
+
+-- name: slot_seed
+INSERT INTO "{table}_slots" (queue, slot, owner, heartbeat_at) VALUES (%s, %s, NULL, 0)
+ON CONFLICT DO NOTHING
+
+-- name: slot_take
+-- Free, or its holder's heartbeat older than the bound (%s seconds): ours.
+UPDATE "{table}_slots" SET owner = %s, heartbeat_at = EXTRACT(EPOCH FROM clock_timestamp())
+WHERE queue = %s AND slot = %s
+  AND (owner IS NULL OR heartbeat_at < EXTRACT(EPOCH FROM clock_timestamp()) - %s)
+
+-- name: slot_keep
+UPDATE "{table}_slots" SET heartbeat_at = EXTRACT(EPOCH FROM clock_timestamp())
+WHERE queue = %s AND slot = %s AND owner = %s
+
+-- name: slot_release
+UPDATE "{table}_slots" SET owner = NULL, heartbeat_at = 0
+WHERE queue = %s AND slot = %s AND owner = %s
+
+-- name: slots_in_use
+SELECT COUNT(*) FROM "{table}_slots"
+WHERE queue = %s AND slot < %s AND owner IS NOT NULL
+  AND heartbeat_at >= EXTRACT(EPOCH FROM clock_timestamp()) - %s
+
+-- name: rate_take
+-- Refill by the time elapsed (at most `cap` tokens), grant up to `want` whole
+-- tokens; every SET expression sees the row as it was.
+INSERT INTO "{table}_rates" AS b (queue, per_second, tokens, updated_at, granted, throttled)
+VALUES (%(queue)s, %(rate)s, %(tokens0)s, EXTRACT(EPOCH FROM clock_timestamp()), %(grant0)s,
+        %(slept)s)
+ON CONFLICT (queue) DO UPDATE SET
+  granted = LEAST(%(want)s, FLOOR(LEAST(%(cap)s,
+    b.tokens + EXCLUDED.per_second * GREATEST(0, EXCLUDED.updated_at - b.updated_at)))),
+  tokens = LEAST(%(cap)s,
+      b.tokens + EXCLUDED.per_second * GREATEST(0, EXCLUDED.updated_at - b.updated_at))
+    - LEAST(%(want)s, FLOOR(LEAST(%(cap)s,
+      b.tokens + EXCLUDED.per_second * GREATEST(0, EXCLUDED.updated_at - b.updated_at)))),
+  updated_at = GREATEST(b.updated_at, EXCLUDED.updated_at),
+  per_second = EXCLUDED.per_second,
+  throttled = b.throttled + EXCLUDED.throttled
+RETURNING granted, tokens
+
+-- name: rate_read
+SELECT granted, tokens FROM "{table}_rates" WHERE queue = %s
+
+-- name: rate_refund
+UPDATE "{table}_rates" SET tokens = tokens + %s WHERE queue = %s
+
+-- name: rate_state
+-- mq status: the rate the drains use, the tokens now (refilled), seconds throttled.
+SELECT per_second, LEAST(GREATEST(per_second, 1), tokens + per_second * GREATEST(0,
+         EXTRACT(EPOCH FROM clock_timestamp()) - updated_at)),
+       throttled
+FROM "{table}_rates" WHERE queue = %s
+
+-- name: ready_exists
+-- Ready messages, or due delayed ones not promoted yet (each through its index).
+SELECT 1 FROM "{table}" WHERE queue = %s AND status = 'ready' AND available_at <= now()
+UNION ALL
+SELECT 1 FROM "{table}" WHERE queue = %s AND status = 'delayed' AND available_at <= now()
+LIMIT 1

@@ -375,10 +375,12 @@ SET available_at = strftime('%Y-%m-%d %H:%M:%f',
     created_at = {now}
 WHERE status IN ('ready', 'delayed') AND created_at > {now}
 
--- name: meta_paused
--- Paused queues (`mq pause`): 'paused:QUEUE', or 'paused#HASH' for a long name;
--- the value is "since|QUEUE".
-SELECT name, value FROM "{table}_meta" WHERE substr(name, 1, 7) IN ('paused:', 'paused#')
+-- name: meta_notes
+-- What a drain reads as it starts. Paused queues (`mq pause`): 'paused:QUEUE',
+-- or 'paused#HASH' for a long name, the value "since|QUEUE"; queues no drain
+-- could start (mq_cli/startfail.py): 'nostart:QUEUE' or 'nostart#HASH', the
+-- value "since|QUEUE|error".
+SELECT name, value FROM "{table}_meta" WHERE substr(name, 1, 7) IN ('paused:', 'paused#', 'nostart')
 
 -- name: meta_delete
 DELETE FROM "{table}_meta" WHERE name = ?
@@ -499,3 +501,84 @@ GROUP BY queue, step ORDER BY queue, step
 
 -- name: held_by_owner
 SELECT owner, COUNT(*) FROM "{table}" WHERE queue = ? AND status = 'processing' GROUP BY owner
+
+-- Fleet limits (mq_cli/fleet.py holds max_drains with lock files: no table;
+-- mq_cli/ratelimit.py). Times are Unix seconds of the host's clock, as REAL.
+
+-- name: create_slots
+-- Unused on SQLite (lock files hold its fleet slots); made so every backend has
+-- the same tables.
+CREATE TABLE IF NOT EXISTS "{table}_slots" (
+  queue TEXT NOT NULL,
+  slot INTEGER NOT NULL,
+  owner TEXT,
+  heartbeat_at REAL NOT NULL DEFAULT 0,
+  PRIMARY KEY (queue, slot)
+)
+
+-- name: create_rates
+-- rate_limit: one token bucket per queue.
+CREATE TABLE IF NOT EXISTS "{table}_rates" (
+  queue TEXT NOT NULL PRIMARY KEY,
+  per_second REAL NOT NULL,
+  tokens REAL NOT NULL,
+  updated_at REAL NOT NULL,
+  granted INTEGER NOT NULL DEFAULT 0,
+  throttled REAL NOT NULL DEFAULT 0
+)
+
+-- name: slot_seed
+INSERT OR IGNORE INTO "{table}_slots" (queue, slot, owner, heartbeat_at) VALUES (?, ?, NULL, 0)
+
+-- name: slot_take
+UPDATE "{table}_slots" SET owner = ?, heartbeat_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE queue = ? AND slot = ?
+  AND (owner IS NULL OR heartbeat_at < (julianday('now') - 2440587.5) * 86400.0 - ?)
+
+-- name: slot_keep
+UPDATE "{table}_slots" SET heartbeat_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE queue = ? AND slot = ? AND owner = ?
+
+-- name: slot_release
+UPDATE "{table}_slots" SET owner = NULL, heartbeat_at = 0 WHERE queue = ? AND slot = ? AND owner = ?
+
+-- name: slots_in_use
+SELECT COUNT(*) FROM "{table}_slots"
+WHERE queue = ? AND slot < ? AND owner IS NOT NULL
+  AND heartbeat_at >= (julianday('now') - 2440587.5) * 86400.0 - ?
+
+-- name: rate_take
+-- Refill by the time elapsed (at most `cap` tokens), grant up to `want` whole
+-- tokens (CAST truncates: the same as FLOOR for these non-negative amounts);
+-- every SET expression sees the row as it was.
+INSERT INTO "{table}_rates" AS b (queue, per_second, tokens, updated_at, granted, throttled)
+VALUES (:queue, :rate, :tokens0, (julianday('now') - 2440587.5) * 86400.0, :grant0, :slept)
+ON CONFLICT (queue) DO UPDATE SET
+  granted = min(:want, CAST(min(:cap,
+    b.tokens + excluded.per_second * max(0, excluded.updated_at - b.updated_at)) AS INTEGER)),
+  tokens = min(:cap, b.tokens + excluded.per_second * max(0, excluded.updated_at - b.updated_at))
+    - min(:want, CAST(min(:cap,
+      b.tokens + excluded.per_second * max(0, excluded.updated_at - b.updated_at)) AS INTEGER)),
+  updated_at = max(b.updated_at, excluded.updated_at),
+  per_second = excluded.per_second,
+  throttled = b.throttled + excluded.throttled
+RETURNING granted, tokens
+
+-- name: rate_read
+SELECT granted, tokens FROM "{table}_rates" WHERE queue = ?
+
+-- name: rate_refund
+UPDATE "{table}_rates" SET tokens = tokens + ? WHERE queue = ?
+
+-- name: rate_state
+SELECT per_second, min(max(per_second, 1), tokens + per_second * max(0,
+         (julianday('now') - 2440587.5) * 86400.0 - updated_at)),
+       throttled
+FROM "{table}_rates" WHERE queue = ?
+
+-- name: ready_exists
+-- Ready messages, or due delayed ones not promoted yet (each through its index).
+SELECT 1 FROM "{table}" WHERE queue = ? AND status = 'ready' AND available_at <= {now}
+UNION ALL
+SELECT 1 FROM "{table}" WHERE queue = ? AND status = 'delayed' AND available_at <= {now}
+LIMIT 1

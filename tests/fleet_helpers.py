@@ -1,0 +1,73 @@
+"""What the fleet-limit tests share: a config per simulated host (its own lock_dir),
+drains as real processes, and overlaps read from the handlers' history."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import Db
+from tests.faults.history import read
+
+
+def host_config(tmp: Path, url: str, host: int, queue: str, settings: dict) -> Path:
+    """A config file of simulated host ``host``: the database, its own lock_dir, one queue."""
+    path = tmp / f"host{host}.yaml"
+    config = {
+        "database": url,
+        "lock_dir": str(tmp / f"locks{host}"),
+        "queues": {queue: settings},
+    }
+    path.write_text(json.dumps(config))  # JSON is YAML
+    return path
+
+
+def enqueue(db: Db, queue: str, count: int, sleep: float, prefix: str = "m") -> None:
+    lines = "".join(json.dumps({"k": f"{prefix}{i}", "sleep": sleep}) + "\n" for i in range(count))
+    result = db.run("enqueue", "-q", queue, "--lines", input=lines)
+    assert result.exit_code == 0, result.output
+
+
+def spawn_drain(db: Db, config: Path, history: Path, *args: str) -> subprocess.Popen:
+    env = db.env(MQ_FAULT_HISTORY=str(history))
+    del env["MQ_DATABASE_URL"]  # the host's config names the database (a Galera node)
+    return subprocess.Popen(
+        [sys.executable, "-m", "mq_cli", "-c", str(config), "drain", *args, "--json"],
+        cwd=db.tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+def finish(procs: list[subprocess.Popen], timeout: float = 120) -> list[dict]:
+    """Wait for every drain; their JSON reports (each must exit 0)."""
+    reports = []
+    end = time.monotonic() + timeout
+    for proc in procs:
+        out, err = proc.communicate(timeout=max(end - time.monotonic(), 1))
+        assert proc.returncode == 0, err.decode()
+        reports.append(json.loads(out))
+    return reports
+
+
+def intervals(history: Path) -> list[tuple[float, float]]:
+    """(start, end) of each handler run that ended."""
+    starts: dict[str, float] = {}
+    found = []
+    for record in read(history):
+        if record["event"] == "start":
+            starts[record["msg"]] = record["t"]
+        elif record["msg"] in starts:
+            found.append((starts.pop(record["msg"]), record["t"]))
+    return found
+
+
+def most_at_once(runs: list[tuple[float, float]]) -> int:
+    """The largest number of runs in progress at one moment."""
+    edges = sorted([(start, 1) for start, _ in runs] + [(end, -1) for _, end in runs])
+    most = now = 0
+    for _, step in edges:  # an end sorts before a start at the same instant
+        now += step
+        most = max(most, now)
+    return most

@@ -1,0 +1,94 @@
+"""rate_limit: a token bucket in the database caps handler starts across every host.
+
+Real drains on simulated hosts (a config and a lock_dir each); the handlers
+record when they start (tests/faults/jobs.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.faults.history import read
+from tests.fleet_helpers import enqueue, finish, host_config, spawn_drain
+
+SLOW = "tests.faults.jobs:slow"
+
+
+def starts(history) -> list[float]:
+    return sorted(r["t"] for r in read(history) if r["event"] == "start")
+
+
+def most_in_a_second(times: list[float]) -> int:
+    most = first = 0
+    for last in range(len(times)):
+        while times[last] - times[first] > 1.0:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+def test_handlers_start_no_faster_than_the_rate(db, tmp_path):
+    settings = {"handler": SLOW, "rate_limit": "10/s", "concurrency": 2}
+    configs = [host_config(tmp_path, db.url, h, "r", settings) for h in range(2)]
+    history = tmp_path / "history.jsonl"
+    enqueue(db, "r", 25, sleep=0)
+    began = time.monotonic()
+    reports = finish([spawn_drain(db, configs[i % 2], history, "-q", "r") for i in range(2)])
+    took = time.monotonic() - began
+    assert sum(r["succeeded"] for r in reports) == 25
+    times = starts(history)
+    # A new bucket is full (one second's worth, 10), then 10 a second: 15 more take 1.5 s.
+    assert times[-1] - times[0] >= 1.3
+    assert took < 6.0
+    # Over any second: the rate, plus at most one second's worth saved up (and one
+    # more at the window's edges: a handler starts a little after its token is granted).
+    assert most_in_a_second(times) <= 21
+    status = db.run("-c", str(configs[0]), "status", "--json")
+    assert status.exit_code == 0, status.output
+    limit = json.loads(status.stdout)["queues"]["r"]["rate_limit"]
+    assert limit["per_second"] == 10.0 and limit["throttled_seconds"] > 0
+
+
+def test_a_cron_drain_does_not_wait_long_for_a_far_token(db, tmp_path):
+    config = host_config(tmp_path, db.url, 0, "r", {"handler": SLOW, "rate_limit": "1/h"})
+    history = tmp_path / "history.jsonl"
+    enqueue(db, "r", 3, sleep=0)
+    began = time.monotonic()
+    report = finish([spawn_drain(db, config, history, "-q", "r")])[0]
+    assert time.monotonic() - began < 10
+    assert report["succeeded"] == 1  # the bucket held one token; the next is an hour away
+    ready = db.sql("SELECT COUNT(*) FROM mq_messages WHERE queue = 'r' AND status = 'ready'")
+    assert ready[0][0] == 2
+
+
+def test_a_rate_limited_drain_without_its_table_says_run_init(db, tmp_path):
+    db.sql("DROP TABLE mq_messages_rates")
+    config = host_config(tmp_path, db.url, 0, "r", {"handler": SLOW, "rate_limit": "5/s"})
+    enqueue(db, "r", 1, sleep=0)
+    proc = spawn_drain(db, config, tmp_path / "history.jsonl", "-q", "r")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3
+    assert "mq_messages_rates is missing" in err.decode() and "mq init" in err.decode()
+    assert "Traceback" not in err.decode()
+
+
+@pytest.mark.slow
+def test_20_per_second_over_200_messages_by_4_drains_takes_10_seconds(mysql_db, tmp_path):
+    db = mysql_db
+    assert db.run("init").exit_code == 0
+    settings = {"handler": SLOW, "rate_limit": "20/s", "concurrency": 2}
+    configs = [host_config(tmp_path, db.url, h, "r", settings) for h in range(2)]
+    history = tmp_path / "history.jsonl"
+    enqueue(db, "r", 200, sleep=0)
+    began = time.monotonic()
+    reports = finish([spawn_drain(db, configs[i % 2], history, "-q", "r") for i in range(4)])
+    took = time.monotonic() - began
+    assert sum(r["succeeded"] for r in reports) == 200
+    print(f"\nFIGURES rate_limit 20/s, 200 messages, 4 drains: {took:.2f} s, "
+          f"per drain {[r['succeeded'] for r in reports]}")  # fmt: skip
+    assert 8.5 <= took <= 11.5
+    # Fair between drains: each of the four ran a fair share.
+    assert min(r["succeeded"] for r in reports) >= 20
