@@ -25,6 +25,7 @@ def test_readme_grants_suffice(mysql_db, tmp_path):
         .replace("'mq_admin'@'%'", f"'{admin}'@'%'")
         .replace("'mq'@'%'", f"'{drainer}'@'%'")
         for line in block.strip().splitlines()
+        if line.split("--")[0].strip()  # a comment line is no statement
     ]  # fmt: skip
     mysql_db.sql(f"CREATE USER '{admin}'@'%' IDENTIFIED BY 'pw-a'")
     mysql_db.sql(f"CREATE USER '{drainer}'@'%' IDENTIFIED BY 'pw-d'")
