@@ -22,7 +22,7 @@ from ..errors import (
     SchemaMissing,
 )
 from ..liveness import lock_name
-from .sqlcore import RETRIES, SqlBackend, Tx, insert_each, insert_rows
+from .sqlcore import RETRIES, SqlBackend, Tx, insert_each, insert_rows, unlock_claims_for_tests
 from .sqlcore import queries as dialect_queries
 
 log = logging.getLogger("mq")
@@ -125,6 +125,7 @@ class MysqlBackend(SqlBackend):
         self.force_locking_claim = False
         self.table = table
         self._sql = queries(table)
+        unlock_claims_for_tests(self._sql, "claim_select", "claim_select_locking")
         self.retries = RETRIES
         self.conn = self._connect()
         if create and self.schema_version() is None:

@@ -17,7 +17,15 @@ from ..errors import (
     SchemaMissing,
 )
 from ..liveness import lock_key
-from .sqlcore import SqlBackend, Tx, insert_each, insert_rows
+from .sqlcore import (
+    RACE_TRIES,
+    SqlBackend,
+    Tx,
+    insert_each,
+    insert_rows,
+    lost_race,
+    unlock_claims_for_tests,
+)
 from .sqlcore import queries as dialect_queries
 
 log = logging.getLogger("mq")
@@ -109,6 +117,7 @@ class PostgresBackend(SqlBackend):
         self.settings = settings
         self.table = table
         self._sql = queries(table)
+        unlock_claims_for_tests(self._sql, "claim")
         self.driver_errors = (psycopg.Error,)
         self.conn = self._connect()
         if create and self.schema_version() is None:
@@ -299,9 +308,18 @@ class PostgresBackend(SqlBackend):
     # -- claims and inserts -------------------------------------------------------
 
     def _claim(self, queue: str, limit: int, owner: str) -> list[Any]:
-        rows = self._write_rows(self._sql["claim"], (queue, limit, owner))
-        rows.sort(key=lambda row: (-row[2], row[5], row[0]))  # the claim index's order
-        return rows
+        # Only the rows the guarded UPDATE changed come back (see the claim's SQL);
+        # its last column counts the rows selected, on a row of NULLs if none was taken.
+        for _ in range(RACE_TRIES):
+            rows = self._write_rows(self._sql["claim"], (queue, limit, owner))
+            selected = int(rows[0][8]) if rows else 0
+            taken = [row for row in rows if row[0] is not None]
+            if len(taken) < selected:
+                lost_race(queue, len(taken), selected)
+            if taken or not selected:
+                break
+        taken.sort(key=lambda row: (-row[2], row[5], row[0]))  # the claim index's order
+        return taken
 
     def explain_claim(self, queue: str, limit: int) -> list[str]:
         # The real statement (EXPLAIN alone runs nothing): the CTE's plan is the claim's.
