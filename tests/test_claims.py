@@ -162,7 +162,10 @@ def test_a_claim_that_did_not_lock_runs_only_what_its_guarded_mark_took(kind, re
             claim = threading.Thread(target=lambda: got.append(b.claim("q", 3, "me")))
             claim.start()
             deadline = time.monotonic() + 10
-            while not _marking(db) and claim.is_alive():
+            # Without row locks the claim selected row 2 too, and its mark now waits
+            # for the other's: it cannot end before that commits.
+            while not _marking(db):
+                assert claim.is_alive(), "the claim did not wait: did its SELECT lock?"
                 assert time.monotonic() < deadline, "the claim never reached its mark"
                 time.sleep(0.01)
             other.commit()
