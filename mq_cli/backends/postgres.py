@@ -8,12 +8,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..dburl import DatabaseSettings
+from ..errors import READ_ONLY as READ_ONLY_TEXT
 from ..errors import (
     ConfigError,
     ConnectionLost,
     DatabaseError,
     Deadlock,
     MqError,
+    ReadOnly,
     SchemaMissing,
 )
 from ..liveness import lock_key
@@ -47,6 +49,9 @@ MIN_VERSION = 120000
 #: deadlock, serialization failure, lock timeout: the statement changed nothing, run it again
 RETRYABLE = {"40P01", "40001", "55P03"}
 UNDEFINED_TABLE = "42P01"
+#: read_only_sql_transaction: a write, or LISTEN, on a standby ("during recovery") or
+#: under default_transaction_read_only (how some failovers demote a primary)
+READ_ONLY_SQL_TRANSACTION = "25006"
 #: a queue table that empties and fills all day: vacuum it early and unthrottled, and
 #: leave room on each page for the claim's and the ack's new row versions
 STORAGE = {
@@ -185,6 +190,11 @@ class PostgresBackend(SqlBackend):
             )
         if state in RETRYABLE:
             return Deadlock(f"{where}: {text} (retries exhausted)")
+        if state == READ_ONLY_SQL_TRANSACTION:
+            return ReadOnly(
+                f"{READ_ONLY_TEXT}: {where}: {text}; point mq at the primary (several hosts "
+                "with ?target_session_attrs=read-write follow a failover)"
+            )
         if (
             isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))
             and (self.conn.closed or state.startswith("08") or state.startswith("57P"))
