@@ -26,14 +26,18 @@ from . import clock, handlers, liveness, render, runlog, slots, wakeup
 from .backends.base import Backend
 from .config import Config, QueueConfig
 from .drain_types import DrainOptions, DrainReport
-from .errors import ConfigError, ConnectionLost, DatabaseError, MqError, SessionLost
+from .errors import ConfigError, ConnectionLost, DatabaseError, MqError, ReadOnly, SessionLost
 from .models import Message
+from .ratelog import Throttled
 
 log = logging.getLogger("mq")
 
 # How long a drain keeps trying to reach a database that dropped its
 # connection before it gives up (exit 3) and leaves its messages to go stalled.
 RECONNECT_FOR = 15.0
+# ... and a database that turned read-only (a failover demoted it): a new primary
+# answers a reconnect within seconds, or this is a standby and waiting is in vain.
+READ_ONLY_FOR = 3.5
 WAIT_POLL_MIN = 0.05
 WAIT_POLL_MAX = 1.0  # the contract: --wait polls at least once a second
 PAUSE_LOOK_EVERY = 2.0  # a running drain looks whether its queue was paused
@@ -66,6 +70,8 @@ class Drain:
         self.lease_until = 0.0
         self._lease_for = 0.0  # stalled_after / 2 of the queue being drained
         self._gave_up = False  # the database stayed away for a whole reconnect window
+        self._read_only_since: float | None = None  # time.monotonic() of the first refusal
+        self._say = Throttled(log)  # reconnect lines: at most one a second
         # Liveness (liveness.py): "file" (SQLite's flock), "session" (a server lock
         # that dies with the connection: fenced), or None (heartbeats alone).
         self.live: str | None = None
@@ -578,7 +584,7 @@ class Drain:
             raise
         except DatabaseError as exc:
             # The handler is still running; the acknowledgement will try again.
-            log.warning("heartbeat failed: %s", exc)
+            self._say.warning("heartbeat failed: %s", exc)
 
     # -- database trouble -----------------------------------------------------
 
@@ -594,33 +600,44 @@ class Drain:
         give_up = time.monotonic() + patience
         pause = 0.2
         while True:
+            sent = time.monotonic()
             try:
                 if self._take_back_due:
                     self._take_back()
                     self._take_back_due = False
-                sent = time.monotonic()
+                    sent = time.monotonic()
                 result = operation(self.backend)
                 self.last_proof = max(self.last_proof, sent)
+                self._read_only_since = None
                 return result
             except ConnectionLost as exc:
+                if isinstance(exc, ReadOnly):
+                    # The server answered on the session that holds this drain's lock
+                    # (a read-only one still grants it): proof the session lives. Then
+                    # a role change: reconnect (a new primary?) for READ_ONLY_FOR from
+                    # the first refusal, across operations.
+                    self.last_proof = max(self.last_proof, sent)
+                    since = self._read_only_since = self._read_only_since or time.monotonic()
+                    give_up = min(give_up, since + READ_ONLY_FOR)
                 if time.monotonic() >= give_up:
                     self._gave_up = True
                     raise DatabaseError(
                         f"{exc}\nheld message(s) stay processing and show as stalled after "
                         "stalled_after; `mq gc --stalled --requeue` recovers them"
                     ) from exc
-                log.warning("%s; reconnecting", exc)
+                self._say.warning("%s; reconnecting", exc)
                 if self.live == "session" and (self.held or self.done):
                     # Its lock is free until it reconnects: gc takes a drain whose
                     # lock stays free for liveness.SUSPECT as dead. Try often.
                     time.sleep(random.uniform(0.05, 0.15))
                 else:
                     time.sleep(pause + random.uniform(0, pause))
-                    pause = min(pause * 2, 2.0)
+                    # A new primary may answer any moment: look at least twice a second.
+                    pause = min(pause * 2, 0.5 if isinstance(exc, ReadOnly) else 2.0)
                 try:
                     self.backend.reconnect()
                 except DatabaseError as again:
-                    log.warning("reconnect failed: %s", again)
+                    self._say.warning("reconnect failed: %s", again)
                     continue
                 self._take_back_due = self.live == "session"
 
