@@ -67,8 +67,12 @@ def floor_drain(url: str, ack: str) -> None:
     sql = queries("mq_messages")
     done = 0
     with psycopg.connect(url, autocommit=True, sslmode="disable") as conn:
-        while rows := conn.execute(sql["claim"], ("q", 100, "floor")).fetchall():
-            ids = [row[0] for row in rows]
+        while True:
+            rows = conn.execute(sql["claim"], ("q", 100, "floor")).fetchall()
+            # Nothing taken: one row of NULLs (and the count selected), as mq reads it.
+            ids = [row[0] for row in rows if row[0] is not None]
+            if not ids:
+                break
             if ack == "many":
                 marks = ", ".join(["%s"] * len(ids))
                 conn.execute(sql["ack_delete_many"].replace("{ids}", marks), (*ids, "floor"))

@@ -26,8 +26,9 @@ from . import clock, fleet, guard, handlers, liveness, ratelimit, render, runlog
 from .backends.base import Backend
 from .config import Config, QueueConfig
 from .drain_types import DrainOptions, DrainReport
-from .errors import ConfigError, ConnectionLost, DatabaseError, MqError, SessionLost
+from .errors import ConfigError, ConnectionLost, DatabaseError, MqError, ReadOnly, SessionLost
 from .models import Message
+from .ratelog import Throttled
 
 log = logging.getLogger("mq")
 
@@ -37,6 +38,9 @@ RECONNECT_FOR = 15.0
 # ... and when the URL lists several hosts (a standby to fail over to): long
 # enough for a failover manager to notice the primary's death and promote one.
 RECONNECT_FAILOVER_FOR = 60.0
+# ... and a database that turned read-only (a failover demoted it): a new primary
+# answers a reconnect within seconds, or this is a standby and waiting is in vain.
+READ_ONLY_FOR = 3.5
 WAIT_POLL_MIN = 0.05
 WAIT_POLL_MAX = 1.0  # the contract: --wait polls at least once a second
 PAUSE_LOOK_EVERY = 2.0  # a running drain looks whether its queue was paused
@@ -79,6 +83,8 @@ class Drain:
         self._hold_for = 0.0
         self.guard = guard.Guard()
         self._gave_up = False  # the database stayed away for a whole reconnect window
+        self._read_only_since: float | None = None  # time.monotonic() of the first refusal
+        self._say = Throttled(log)  # reconnect lines: at most one a second
         # Liveness (liveness.py): "file" (SQLite's flock), "session" (a server lock
         # that dies with the connection: fenced), or None (heartbeats alone).
         self.live: str | None = None
@@ -649,7 +655,7 @@ class Drain:
             raise
         except DatabaseError as exc:
             # The handler is still running; the acknowledgement will try again.
-            log.warning("heartbeat failed: %s", exc)
+            self._say.warning("heartbeat failed: %s", exc)
 
     # -- database trouble -----------------------------------------------------
 
@@ -669,15 +675,25 @@ class Drain:
         pause = 0.2
         tries = 0
         while True:
+            sent = time.monotonic()
             try:
                 if self._take_back_due:
                     self._take_back()
                     self._take_back_due = False
-                sent = time.monotonic()
+                    sent = time.monotonic()
                 result = operation(self.backend)
                 self.last_proof = max(self.last_proof, sent)
+                self._read_only_since = None
                 return result
             except ConnectionLost as exc:
+                if isinstance(exc, ReadOnly):
+                    # The server answered on the session that holds this drain's lock
+                    # (a read-only one still grants it): proof the session lives. Then
+                    # a role change: reconnect (a new primary?) for READ_ONLY_FOR from
+                    # the first refusal, across operations.
+                    self.last_proof = max(self.last_proof, sent)
+                    since = self._read_only_since = self._read_only_since or time.monotonic()
+                    give_up = min(give_up, since + READ_ONLY_FOR)
                 if time.monotonic() >= give_up:
                     self._gave_up = True
                     raise DatabaseError(
@@ -685,8 +701,12 @@ class Drain:
                         "stalled_after; `mq gc --stalled --requeue` recovers them"
                     ) from exc
                 tries += 1
-                # Once per outage on stderr; each further try at -v (a failover may take a minute).
-                (log.warning if tries == 1 else log.info)("%s; reconnecting (try %d)", exc, tries)
+                # Once per outage on stderr (and at most once a second); each further
+                # try at -v (a failover may take a minute).
+                if tries == 1:
+                    self._say.warning("%s; reconnecting", exc)
+                else:
+                    log.info("%s; reconnecting (try %d)", exc, tries)
                 since = time.monotonic() - lost_at
                 if self.live == "session" and (self.held or self.done) and since < liveness.FENCE:
                     # Its lock is free until it reconnects: gc takes a drain whose
@@ -694,11 +714,15 @@ class Drain:
                     time.sleep(random.uniform(0.05, 0.15))
                 else:
                     time.sleep(pause + random.uniform(0, pause))
-                    pause = min(pause * 2, 2.0)
+                    # A new primary may answer any moment: look at least twice a second.
+                    pause = min(pause * 2, 0.5 if isinstance(exc, ReadOnly) else 2.0)
                 try:
                     self.backend.reconnect()
                 except DatabaseError as again:
-                    (log.warning if tries == 1 else log.info)("reconnect failed: %s", again)
+                    if tries == 1:
+                        self._say.warning("reconnect failed: %s", again)
+                    else:
+                        log.info("reconnect failed: %s", again)
                     continue
                 self._take_back_due = self.live == "session"
 

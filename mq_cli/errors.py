@@ -61,6 +61,17 @@ class ConnectionLost(DatabaseError):
     """The connection dropped mid-operation; the outcome of that operation is unknown."""
 
 
+#: how every read-only refusal begins, whatever the database said
+READ_ONLY = "the database is read-only (a standby, or a demoted primary?)"
+
+
+class ReadOnly(ConnectionLost):
+    """The server refuses writes: a standby, or a primary demoted under an open socket
+    (a failover). Not a failure of the statement but a role change: a drain drops the
+    connection and reconnects, as after a lost one, so that a multi-host URL or a
+    failover proxy leads it to the new primary."""
+
+
 class SessionLost(DatabaseError):
     """A drain's database session (and the lock that showed it alive) ended while it
     held messages, and it could not show it still holds them: it stops."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -97,6 +98,104 @@ def test_parallel_claims_never_share_a_message(db):
                 mine += [m.id for m in batch]
                 for m in batch:
                     assert own.ack_success(m, name)
+        taken[name] = mine
+
+    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    everything = sorted(i for got in taken.values() for i in got)
+    assert everything == ids
+
+
+def _raw_transaction(db):
+    """A connection of its own with a transaction open (MariaDB or PostgreSQL)."""
+    if db.kind == "postgres":
+        from tests.conftest import _pg_connect
+
+        return _pg_connect(db.url, autocommit=False)
+    import pymysql
+
+    s = parse_database_url(db.url)
+    conn = pymysql.connect(
+        host=s.host, port=s.port, user=s.user or "root", password=s.password or "",
+        database=s.database, autocommit=False, ssl_disabled=True,
+    )  # fmt: skip
+    conn.cursor().execute("START TRANSACTION")
+    return conn
+
+
+def _marking(db) -> bool:
+    """The claim has selected and now runs its mark (waiting for the other's row)."""
+    if db.kind == "postgres":
+        rows = db.sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND datname = current_database()"
+        )
+    else:
+        # MariaDB's innodb_trx does not always show this wait as LOCK WAIT: its UPDATE runs.
+        rows = db.sql(
+            "SELECT COUNT(*) FROM information_schema.processlist "
+            "WHERE db = DATABASE() AND command = 'Query' AND info LIKE 'UPDATE%%owner = %%'"
+        )
+    return int(rows[0][0]) > 0
+
+
+@pytest.mark.parametrize("kind", ["mysql", "pg"])
+def test_a_claim_that_did_not_lock_runs_only_what_its_guarded_mark_took(kind, request, monkeypatch):
+    """As on an engine whose SKIP LOCKED does not lock (TiDB): another drain marks a
+    row between this claim's SELECT and its mark. The mark skips that row, and the
+    claim returns only the rows it changed (MySQL: row count, then which; PostgreSQL:
+    RETURNING)."""
+    db = request.getfixturevalue(f"{kind}_db")
+    assert db.run("init").exit_code == 0
+    monkeypatch.setenv("MQ_TEST_UNLOCKED_CLAIM", "1")
+    with backend_for(db) as b:
+        ids = fill(b, "q", 3)
+        other = _raw_transaction(db)
+        try:
+            other.cursor().execute(
+                "UPDATE mq_messages SET status = 'processing', owner = 'other' WHERE id = %s",
+                (ids[1],),
+            )
+            got: list = []
+            claim = threading.Thread(target=lambda: got.append(b.claim("q", 3, "me")))
+            claim.start()
+            deadline = time.monotonic() + 10
+            # Without row locks the claim selected row 2 too, and its mark now waits
+            # for the other's: it cannot end before that commits.
+            while not _marking(db):
+                assert claim.is_alive(), "the claim did not wait: did its SELECT lock?"
+                assert time.monotonic() < deadline, "the claim never reached its mark"
+                time.sleep(0.01)
+            other.commit()
+            claim.join(10)
+        finally:
+            other.close()
+    assert [m.id for m in got[0]] == [ids[0], ids[2]]
+    assert db.sql("SELECT id, status, owner FROM mq_messages ORDER BY id") == [
+        (ids[0], "processing", "me"), (ids[1], "processing", "other"), (ids[2], "processing", "me"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["mysql", "pg"])
+def test_claims_that_did_not_lock_still_share_no_message(kind, request, monkeypatch):
+    """Four connections claiming at once with no row locks: every message once, and
+    no claim reports the queue empty while messages are left."""
+    db = request.getfixturevalue(f"{kind}_db")
+    assert db.run("init").exit_code == 0
+    monkeypatch.setenv("MQ_TEST_UNLOCKED_CLAIM", "1")
+    with backend_for(db) as b:
+        ids = fill(b, "q", 600)
+    taken: dict[str, list[int]] = {}
+
+    def worker(name: str) -> None:
+        mine: list[int] = []
+        with backend_for(db) as own:
+            while batch := own.claim("q", 7, name):
+                mine += [m.id for m in batch]
+                assert own.ack_success_many([m.id for m in batch], name) == len(batch)
         taken[name] = mine
 
     threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(4)]

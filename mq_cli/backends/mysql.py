@@ -12,6 +12,7 @@ import pymysql
 import pymysql.cursors
 
 from ..dburl import DatabaseSettings
+from ..errors import READ_ONLY as READ_ONLY_TEXT
 from ..errors import (
     ConfigError,
     ConnectionLost,
@@ -19,10 +20,19 @@ from ..errors import (
     Deadlock,
     MqError,
     PayloadTooLarge,
+    ReadOnly,
     SchemaMissing,
 )
 from ..liveness import lock_name
-from .sqlcore import RETRIES, SqlBackend, Tx, initial_status, insert_each, insert_rows
+from .sqlcore import (
+    RETRIES,
+    SqlBackend,
+    Tx,
+    initial_status,
+    insert_each,
+    insert_rows,
+    unlock_claims_for_tests,
+)
 from .sqlcore import queries as dialect_queries
 
 log = logging.getLogger("mq")
@@ -38,6 +48,11 @@ ER_UNKNOWN_SYSTEM_VARIABLE = 1193
 LOST = {2006, 2013, 2014, 2055, 0}  # gone away, lost during query, out of sync, lost, closed
 CANNOT_CONNECT = {2002, 2003, 2005}
 RETRYABLE = {ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT}
+#: a server that refuses writes: --read-only / super_read_only (1290, also used for
+#: other options: only with "read-only" in its text), innodb_read_only (1836), and
+#: MySQL 8's ALTER SCHEMA ... READ ONLY (3989)
+ER_OPTION_PREVENTS_STATEMENT = 1290
+READ_ONLY_CODES = {ER_OPTION_PREVENTS_STATEMENT, 1836, 3989}
 #: every statement of sql/mysql.sql is written for this mode, whatever the server's
 SQL_MODE = "STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION"
 #: tries of a statement that deadlocked on a Galera node (where another node's
@@ -126,6 +141,7 @@ class MysqlBackend(SqlBackend):
         self.force_locking_claim = False
         self.table = table
         self._sql = queries(table)
+        unlock_claims_for_tests(self._sql, "claim_select", "claim_select_locking")
         self.retries = RETRIES
         self.conn = self._connect()
         if create and self.schema_version() is None:
@@ -220,6 +236,13 @@ class MysqlBackend(SqlBackend):
             )
         if code in RETRYABLE:
             return Deadlock(f"{where}: {text} (retries exhausted)")
+        if code in READ_ONLY_CODES and (
+            code != ER_OPTION_PREVENTS_STATEMENT or "read-only" in str(text).lower()
+        ):
+            return ReadOnly(
+                f"{READ_ONLY_TEXT}: {where}: {text}; point mq at the primary (a proxy or "
+                "virtual IP that follows failovers)"
+            )
         if code == ER_NET_PACKET_TOO_LARGE:
             return PayloadTooLarge(
                 f"{where}: a statement exceeded the server's max_allowed_packet: {text}"

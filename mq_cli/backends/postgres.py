@@ -8,17 +8,28 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..dburl import DatabaseSettings
+from ..errors import READ_ONLY as READ_ONLY_TEXT
 from ..errors import (
     ConfigError,
     ConnectionLost,
     DatabaseError,
     Deadlock,
     MqError,
+    ReadOnly,
     SchemaMissing,
 )
 from ..liveness import lock_key
 from . import pg_topology as topology
-from .sqlcore import SqlBackend, Tx, initial_status, insert_each, insert_rows
+from .sqlcore import (
+    RACE_TRIES,
+    SqlBackend,
+    Tx,
+    initial_status,
+    insert_each,
+    insert_rows,
+    lost_race,
+    unlock_claims_for_tests,
+)
 from .sqlcore import queries as dialect_queries
 
 log = logging.getLogger("mq")
@@ -40,6 +51,9 @@ MIN_VERSION = 120000
 #: deadlock, serialization failure, lock timeout: the statement changed nothing, run it again
 RETRYABLE = {"40P01", "40001", "55P03"}
 UNDEFINED_TABLE = "42P01"
+#: read_only_sql_transaction: a write, or LISTEN, on a standby ("during recovery") or
+#: under default_transaction_read_only (how some failovers demote a primary)
+READ_ONLY_SQL_TRANSACTION = "25006"
 #: a queue table that empties and fills all day: vacuum it early and unthrottled, and
 #: leave room on each page for the claim's and the ack's new row versions
 STORAGE = {
@@ -119,6 +133,7 @@ class PostgresBackend(SqlBackend):
         self.standby_ok = standby_ok  # `mq check` looks at a standby; nothing else may
         self.table = table
         self._sql = queries(table)
+        unlock_claims_for_tests(self._sql, "claim")
         self.driver_errors = (psycopg.Error,)
         self.conn = self._connect()
         if create and self.schema_version() is None:
@@ -205,6 +220,11 @@ class PostgresBackend(SqlBackend):
             )
         if state in RETRYABLE:
             return Deadlock(f"{where}: {text} (retries exhausted)")
+        if state == READ_ONLY_SQL_TRANSACTION:
+            return ReadOnly(
+                f"{READ_ONLY_TEXT}: {where}: {text}; point mq at the primary (several hosts "
+                "with ?target_session_attrs=read-write follow a failover)"
+            )
         if (
             isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))
             and (self.conn.closed or state.startswith("08") or state.startswith("57P"))
@@ -343,9 +363,18 @@ class PostgresBackend(SqlBackend):
     # -- claims and inserts -------------------------------------------------------
 
     def _claim(self, queue: str, limit: int, owner: str) -> list[Any]:
-        rows = self._write_rows(self._sql["claim"], (queue, limit, owner))
-        rows.sort(key=lambda row: (-row[2], row[5], row[0]))  # the claim index's order
-        return rows
+        # Only the rows the guarded UPDATE changed come back (see the claim's SQL);
+        # its last column counts the rows selected, on a row of NULLs if none was taken.
+        for _ in range(RACE_TRIES):
+            rows = self._write_rows(self._sql["claim"], (queue, limit, owner))
+            selected = int(rows[0][8]) if rows else 0
+            taken = [row for row in rows if row[0] is not None]
+            if len(taken) < selected:
+                lost_race(queue, len(taken), selected)
+            if taken or not selected:
+                break
+        taken.sort(key=lambda row: (-row[2], row[5], row[0]))  # the claim index's order
+        return taken
 
     def _claim_rows(self, tx: Tx, queue: str, limit: int, owner: str) -> list[Any]:
         rows = tx.rows(self._sql["claim"], (queue, limit, owner))

@@ -11,6 +11,9 @@ the same names in each. The operators' batches are in sqlops.py.
 
 from __future__ import annotations
 
+import logging
+import os
+import re
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -31,11 +34,22 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+log = logging.getLogger("mq")
+
 #: tries of a statement that deadlocked (a dialect may raise it: Galera)
 RETRIES = 8
 #: seconds between two promotions of a queue's due delayed messages by one
 #: drain while its claims come back full (a short claim promotes at once)
 PROMOTE_EVERY = 0.5
+#: claims in a row that lost every row they selected to other drains before one
+#: reports the queue empty (only where the SELECT did not lock: see claim_mark)
+RACE_TRIES = 50
+#: TEST ONLY (tests/faults/test_racing_claims.py): set to 1, it drops the row locks
+#: (FOR UPDATE [SKIP LOCKED]) from the claim's SELECT, so that concurrent claims
+#: race for the same rows as on an engine whose SKIP LOCKED does not lock; the
+#: guarded mark must still give each row to one drain. Never set it in production:
+#: every drain would then contend for the same rows.
+UNLOCKED_CLAIM_ENV = "MQ_TEST_UNLOCKED_CLAIM"
 
 
 def queries(dialect: str, table: str, **more: str) -> dict[str, str]:
@@ -54,6 +68,27 @@ def initial_status(delay: float) -> str:
     """A new or retried message's status: 'delayed' until it is due (drains promote
     it then: see create_due_index in sql/<dialect>.sql), else 'ready'."""
     return "delayed" if delay > 0 else "ready"
+
+
+def unlock_claims_for_tests(sql: dict[str, str], *names: str) -> None:
+    """With $MQ_TEST_UNLOCKED_CLAIM=1 (tests only), the claim statements ``names``
+    of ``sql`` lose their FOR UPDATE [SKIP LOCKED]; read once, where a dialect
+    builds its statements."""
+    if os.environ.get(UNLOCKED_CLAIM_ENV) != "1":
+        return
+    for name in names:
+        sql[name], found = re.subn(r"\s+FOR UPDATE(\s+SKIP LOCKED)?\b", "", sql[name])
+        if not found:
+            raise AssertionError(f"{UNLOCKED_CLAIM_ENV}: no FOR UPDATE in {name}")
+
+
+def lost_race(queue: str, taken: int, selected: int) -> None:
+    """Said with -v: a claim found rows it selected marked by another drain first,
+    which row locks prevent (an engine that ignores them, or the test switch)."""
+    log.info(
+        "queue %s: another drain marked %d of the %d message(s) this claim selected first; "
+        "this claim runs only the %d it marked", queue, selected - taken, selected, taken,
+    )  # fmt: skip
 
 
 def backoff(attempt: int) -> None:
@@ -431,11 +466,28 @@ class SqlBackend(SqlOperate, SqlRunLog, SqlLimits):
     # -- draining ---------------------------------------------------------------
 
     def _claim_rows(self, tx: Tx, queue: str, limit: int, owner: str) -> list[Any]:
-        """Select and mark, two statements in one transaction (PostgreSQL: one)."""
-        rows = tx.rows(self._sql[self._claim_select()], (queue, limit))
-        if rows:
-            tx.change(self._with_ids("claim_mark", rows), (owner, *[row[0] for row in rows]))
-        return rows
+        """Select and mark, two statements in one transaction (PostgreSQL: one).
+
+        The mark is guarded (only rows still ready and free), and only the rows
+        it changed are returned: its row count says how many, and only when that
+        falls short of the rows selected does a third statement say which. A
+        claim that lost every row it selected looks again (each statement sees
+        what other claims committed meanwhile: READ COMMITTED, or SQLite's lock).
+        """
+        for _ in range(RACE_TRIES):
+            rows = tx.rows(self._sql[self._claim_select()], (queue, limit))
+            if not rows:
+                return rows
+            ids = [row[0] for row in rows]
+            taken = tx.change(self._with_ids("claim_mark", ids), (owner, *ids))
+            if taken == len(rows):
+                return rows
+            lost_race(queue, taken, len(rows))
+            if taken:
+                statement = self._with_ids("owned", ids)
+                mine = {row[0] for row in tx.rows(statement, (*ids, owner))}
+                return [row for row in rows if row[0] in mine]
+        return []
 
     def _claim_select(self) -> str:
         return "claim_select"

@@ -61,6 +61,8 @@ class Host:
     name: str
     env: dict[str, str]
     prefix: tuple[str, ...] = ()
+    #: mq's global options for every drain of this host (e.g. ``-v``)
+    options: tuple[str, ...] = ()
 
 
 def _seen_dead(pid: int, patience: float = 5.0) -> float:
@@ -130,9 +132,20 @@ class Fleet:
         with self.lock:
             self.counter += 1
             err = self.logs / f"{host}-{queue}-{self.counter}.err"
+        command = [
+            *h.prefix,
+            sys.executable,
+            "-m",
+            "mq_cli",
+            *h.options,
+            *options,
+            "drain",
+            "-q",
+            queue,
+        ]
         with open(err, "wb") as err_file:
             proc = subprocess.Popen(
-                [*h.prefix, sys.executable, "-m", "mq_cli", *options, "drain", "-q", queue, *args],
+                [*command, *args],
                 cwd=self.workdir,
                 env=h.env,
                 stdin=subprocess.DEVNULL,

@@ -116,8 +116,12 @@ LIMIT %s
 FOR UPDATE
 
 -- name: claim_mark
+-- Guarded: only rows still ready, due and free are taken, so a claim whose
+-- SELECT did not lock (an engine that ignores FOR UPDATE SKIP LOCKED) never
+-- takes a row another drain marked first; its row count says how many it got.
 UPDATE `{table}` SET status = 'processing', owner = %s, heartbeat_at = UTC_TIMESTAMP(6)
-WHERE id IN ({ids})
+WHERE id IN ({ids}) AND status = 'ready' AND owner IS NULL
+  AND available_at <= UTC_TIMESTAMP(6)
 
 -- name: explain_claim
 EXPLAIN SELECT id FROM `{table}` FORCE INDEX (`{table}_claim`)

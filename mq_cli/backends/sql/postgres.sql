@@ -97,17 +97,28 @@ ORDER BY queue
 -- keeps the planner from folding the locking SELECT into the UPDATE (which
 -- could then lock and update more than LIMIT rows). Rows come back in no
 -- particular order: the backend sorts them as the ORDER BY did.
+-- The UPDATE is guarded (still ready, due and free): where the SELECT did not
+-- lock (an engine that ignores SKIP LOCKED), a row another claim marked first
+-- is re-checked after that claim commits and left out, so RETURNING names only
+-- the rows this claim took. The last column counts the rows selected, with one
+-- row of NULLs when none was taken: "all taken by others, look again" is then
+-- told apart from "nothing ready".
 WITH c AS MATERIALIZED (
   SELECT id FROM "{table}"
   WHERE queue = %s AND status = 'ready' AND available_at <= now()
   ORDER BY priority DESC, available_at, id
   LIMIT %s
   FOR UPDATE SKIP LOCKED
+), m AS (
+  UPDATE "{table}" AS t SET status = 'processing', owner = %s, heartbeat_at = now()
+  FROM c WHERE t.id = c.id AND t.status = 'ready' AND t.owner IS NULL
+    AND t.available_at <= now()
+  RETURNING t.id, t.queue, t.priority, t.error_count, t.created_at, t.available_at,
+            t.unique_key, t.payload
 )
-UPDATE "{table}" AS t SET status = 'processing', owner = %s, heartbeat_at = now()
-FROM c WHERE t.id = c.id
-RETURNING t.id, t.queue, t.priority, t.error_count, t.created_at, t.available_at,
-          t.unique_key, t.payload
+SELECT m.id, m.queue, m.priority, m.error_count, m.created_at, m.available_at,
+       m.unique_key, m.payload, n.selected
+FROM (SELECT count(*) AS selected FROM c) AS n LEFT JOIN m ON true
 
 -- name: ack_delete
 DELETE FROM "{table}" WHERE id = %s AND owner = %s AND status = 'processing'

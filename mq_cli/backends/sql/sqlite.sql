@@ -80,8 +80,9 @@ ORDER BY priority DESC, available_at, id
 LIMIT ?
 
 -- name: claim_mark
+-- Guarded as on the other databases (the write lock makes it a formality here).
 UPDATE "{table}" SET status = 'processing', owner = ?, heartbeat_at = {now}
-WHERE id IN ({ids})
+WHERE id IN ({ids}) AND status = 'ready' AND owner IS NULL AND available_at <= {now}
 
 -- name: explain_claim
 EXPLAIN QUERY PLAN SELECT id FROM "{table}" INDEXED BY "{table}_claim"
