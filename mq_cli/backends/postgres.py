@@ -20,6 +20,7 @@ from ..errors import (
 )
 from ..liveness import lock_key
 from . import pg_topology as topology
+from .pg_horizon import horizon
 from .sqlcore import (
     RACE_TRIES,
     SqlBackend,
@@ -62,7 +63,7 @@ STORAGE = {
     "autovacuum_vacuum_threshold": "1000",
     "autovacuum_vacuum_cost_delay": "0",
 }
-#: `mq check` fails when a transaction in the database has been open this long (seconds) ...
+#: `mq check` fails when a transaction (or a prepared one) has been open this long (seconds) ...
 LONG_TRANSACTION = 300.0
 #: ... or when dead rows outnumber live ones (and DEAD_ROWS) with no vacuum for VACUUM_AGE
 DEAD_ROWS = 10_000
@@ -332,18 +333,7 @@ class PostgresBackend(SqlBackend):
         return done
 
     def health(self) -> list[tuple[str, bool, str]]:
-        found = []
-        rows = self._rows(self._sql["long_transaction"])
-        if rows and rows[0][1] is not None and float(rows[0][1]) > LONG_TRANSACTION:
-            pid, age, state, user, app = rows[0]
-            found.append((
-                "transactions", False,
-                f"a transaction has been open for {float(age) / 60:.0f} min (pid {pid}, user "
-                f"{user}, {app or 'no application_name'}, {state}): VACUUM cannot remove the "
-                "queue's deleted rows meanwhile; end it (pg_terminate_backend) or fix its client",
-            ))  # fmt: skip
-        else:
-            found.append(("transactions", True, "none open for long"))
+        found = horizon(lambda name: self._rows(self._sql[name]), LONG_TRANSACTION)
         rows = self._rows(self._sql["dead_rows"], (f'"{self.table}"',))
         if rows:
             live, dead, since = int(rows[0][0]), int(rows[0][1]), rows[0][2]

@@ -386,14 +386,33 @@ CREATE UNIQUE INDEX IF NOT EXISTS "{table}_unique"
 INSERT INTO "{table}" (queue, available_at, created_at, payload)
 VALUES ('mq check probe', now(), now(), '\x'::bytea)
 
+-- What holds the vacuum horizon (`mq check`, backends/pg_horizon.py): while any
+-- of these is older than a deleted row, VACUUM cannot remove that row.
+
 -- name: long_transaction
--- `mq check`: the oldest transaction open in this database (another session's).
--- While it is open, VACUUM cannot remove the rows deleted after it began.
-SELECT pid, EXTRACT(EPOCH FROM now() - xact_start), state, usename, application_name
+-- The oldest transaction open in any database (another session's; before
+-- PostgreSQL 14 every database's count, and a standby's feedback comes this way).
+-- Other users' sessions show their start only to pg_read_all_stats.
+SELECT pid, EXTRACT(EPOCH FROM now() - xact_start), state, usename, application_name,
+       datname, age(COALESCE(backend_xid, backend_xmin))
 FROM pg_stat_activity
-WHERE datname = current_database() AND xact_start IS NOT NULL AND pid <> pg_backend_pid()
+WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid() AND backend_type = 'client backend'
 ORDER BY xact_start
 LIMIT 1
+
+-- name: prepared_transactions
+-- Two-phase transactions left prepared (their coordinator gone?), oldest first.
+SELECT gid, EXTRACT(EPOCH FROM now() - prepared), owner, database, age(transaction)
+FROM pg_prepared_xacts
+ORDER BY prepared
+
+-- name: slot_horizons
+-- Replication slots that keep old rows (xmin: every table; catalog_xmin: the
+-- catalogs), oldest first.
+SELECT slot_name, slot_type, active, database, age(xmin), age(catalog_xmin)
+FROM pg_replication_slots
+WHERE xmin IS NOT NULL OR catalog_xmin IS NOT NULL
+ORDER BY GREATEST(age(xmin), age(catalog_xmin)) DESC
 
 -- name: dead_rows
 -- `mq check`: dead row versions (acked messages) VACUUM has not removed yet,
