@@ -704,7 +704,7 @@ class Drain:
                 # Once per outage on stderr (and at most once a second); each further
                 # try at -v (a failover may take a minute).
                 if tries == 1:
-                    self._say.warning("%s; reconnecting", exc)
+                    self._say.warning("%s; reconnecting (try 1)", exc)
                 else:
                     log.info("%s; reconnecting (try %d)", exc, tries)
                 since = time.monotonic() - lost_at

@@ -52,9 +52,12 @@ def log(tmp_path: Path) -> Path:
 
 def test_four_parallel_drains_run_each_message_exactly_once(db, log, tmp_path):
     (tmp_path / "mq.yaml").write_text(
-        "queues:\n  jobs: {handler: 'tests.jobs:record', concurrency: 4, batch_size: 20}\n"
+        "queues:\n  jobs: {handler: 'tests.jobs:sleepy', concurrency: 4, batch_size: 20}\n"
     )
-    ids = enqueue_many(db, "jobs", [json.dumps({"n": i}) for i in range(1200)])
+    # 5 ms a message: one drain alone would need 6 s, so on a loaded machine too
+    # the others have started long before the work is done.
+    payloads = [json.dumps({"n": i, "sleep": 0.005}) for i in range(1200)]
+    ids = enqueue_many(db, "jobs", payloads)
     env = db.env(MQ_TEST_LOG=str(log))
     drains = [db.spawn("drain", "-q", "jobs", env=env) for _ in range(4)]
     for p in drains:

@@ -112,5 +112,8 @@ def test_connections_cut_at_random_and_between_success_and_ack(fault_db, tmp_pat
     assert s.fleet.problems(allowed_codes=frozenset({0, 3})) == []
     assert analysis.violations == []
     assert proxy.cuts > 20 and on_request.requests >= 10 and reconnects > 20
-    # a cut costs a reconnect, never a second run: acknowledgements are retried
-    assert analysis.duplicates == 0
+    # A cut costs a reconnect, never a second run: acknowledgements are retried. A
+    # drain on a loaded machine may stay cut off past liveness.SUSPECT; gc then
+    # takes its messages and it gives up (exit 3): the only duplicates allowed,
+    # each explained by that drain (the checker's violations above).
+    assert set(analysis.duplicate_causes) <= {"exit 3"}, analysis.duplicate_causes
