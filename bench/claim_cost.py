@@ -33,7 +33,7 @@ URLS = {
 def child(url: str, messages: int) -> None:
     """One round against ``url`` with the mq_cli on PYTHONPATH: prints ms per claim."""
     from mq_cli.backends import open_backend
-    from mq_cli.dburl import parse_database_url
+    from mq_cli.core.dburl import parse_database_url
 
     with open_backend(parse_database_url(url), "mq_messages", create=True) as backend:
         payload = b'{"n": 1, "pad": "' + b"x" * 180 + b'"}'

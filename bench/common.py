@@ -480,7 +480,7 @@ class Target:
 
     def mq_init(self) -> None:
         from mq_cli.api import MQ
-        from mq_cli.config import load_config
+        from mq_cli.core.config import load_config
 
         MQ(load_config(str(self.config))).init()
 
@@ -568,7 +568,7 @@ class Target:
 
     def explain(self, limit: int = 100) -> list[str]:
         from mq_cli.backends import open_backend
-        from mq_cli.config import load_config
+        from mq_cli.core.config import load_config
 
         config = load_config(str(self.config))
         backend = open_backend(config.database, config.table)

@@ -30,7 +30,7 @@ from tests.servers import GaleraCluster, unavailable  # noqa: E402
 
 HANDLER = """
 import os
-from mq_cli.handlers import current_message
+from mq_cli.runners.handlers import current_message
 
 def run(payload):
     with open(os.environ["RAN"], "a") as out:

@@ -37,7 +37,7 @@ def _one_at_a_time() -> type:
     # mq's own base gives run_many (what the drain calls) from run; older snapshots
     # of mq_cli (--code REV) have no such class and call run directly.
     try:
-        from mq_cli.handlers import OneAtATime
+        from mq_cli.runners.handlers import OneAtATime
     except ImportError:
         return object
     return OneAtATime
@@ -51,13 +51,13 @@ class InlineRunner(_one_at_a_time()):  # type: ignore[misc]
         self.func: Any = None
 
     def start(self) -> None:
-        from mq_cli.handlers import load
+        from mq_cli.runners.handlers import load
 
         self.func = load(self.path)
 
     def run(self, payload: bytes, info: Any, timeout: Any, tick: Any, tick_every: Any) -> Any:
-        from mq_cli.handlers import Outcome, _set_current
-        from mq_cli.payloads import decode
+        from mq_cli.core.payloads import decode
+        from mq_cli.runners.handlers import Outcome, _set_current
 
         if self.func is None:  # the drain no longer calls start() (mq's runner starts lazily)
             self.start()
@@ -78,10 +78,10 @@ class InlineRunner(_one_at_a_time()):  # type: ignore[misc]
 
 
 def drain(config: str, mode: str, batch: int, handler: str) -> dict[str, Any]:
-    from mq_cli import handlers
     from mq_cli.api import MQ
-    from mq_cli.config import load_config
-    from mq_cli.drain_types import DrainOptions
+    from mq_cli.core.config import load_config
+    from mq_cli.drain.report import DrainOptions
+    from mq_cli.runners import handlers
 
     if mode == "inline":
         handlers.make_runner = InlineRunner  # type: ignore[assignment]
@@ -92,8 +92,8 @@ def drain(config: str, mode: str, batch: int, handler: str) -> dict[str, Any]:
 
 
 def runner_micro(count: int, handler: str) -> dict[str, Any]:
-    from mq_cli.handlers import MessageInfo
-    from mq_cli.pyrunner import PythonRunner
+    from mq_cli.runners.handlers import MessageInfo
+    from mq_cli.runners.python import PythonRunner
 
     info = MessageInfo(1, QUEUE, 0, datetime.now(timezone.utc))
     body = b'{"n":1,"pad":"' + b"x" * 184 + b'"}'
@@ -127,7 +127,7 @@ def _nop() -> None:
 
 def claim_loop(config: str, batch: int, count: int, max_seconds: float) -> dict[str, Any]:
     from mq_cli.backends import open_backend
-    from mq_cli.config import load_config
+    from mq_cli.core.config import load_config
 
     cfg = load_config(config)
     backend = open_backend(cfg.database, cfg.table)

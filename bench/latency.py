@@ -43,7 +43,7 @@ import mq_cli  # noqa: E402
 
 HANDLER = """
 import json, os, time
-from mq_cli.handlers import current_message
+from mq_cli.runners.handlers import current_message
 
 def run(payload):
     with open(os.environ["LAT_LOG"], "a") as out:

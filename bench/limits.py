@@ -76,7 +76,7 @@ def drain(config: Path, count: int, batch: int, processes: int) -> float:
 def mysql_reset(url: str) -> None:
     import pymysql
 
-    from mq_cli.dburl import parse_database_url
+    from mq_cli.core.dburl import parse_database_url
 
     s = parse_database_url(url)
     assert s.database and s.database.startswith("mqbench")

@@ -12,11 +12,7 @@ The Python API for producers::
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-#: the table layout this release writes; recorded in <table>_meta by `mq init`
-SCHEMA_VERSION = 4
-
-from .errors import (  # noqa: E402
+from mq_cli.core.errors import (  # noqa: E402
     ConfigError,
     DatabaseError,
     HandlerNotFound,
@@ -26,16 +22,18 @@ from .errors import (  # noqa: E402
     PayloadTooLarge,
     SchemaMissing,
 )
+from mq_cli.core.version import SCHEMA_VERSION as SCHEMA_VERSION
+from mq_cli.core.version import __version__ as __version__
 
 
 def __getattr__(name: str) -> object:
     # The API pulls in the backends; keep `import mq_cli` (and so `mq --help`) light.
     if name == "current_message":
-        from .handlers import current_message
+        from mq_cli.runners.handlers import current_message
 
         return current_message
     if name in ("MQ", "connect", "enqueue"):
-        from . import api
+        from mq_cli import api
 
         return getattr(api, name)
     raise AttributeError(name)

@@ -10,17 +10,24 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from . import payloads, wakeup
-from .backends import open_backend
-from .backends.base import Backend
-from .config import Config, QueueConfig, load_config, validate_queue_name, validate_table_name
-from .durations import parse_duration
-from .errors import ConfigError, InputRejected, PayloadTooLarge
-from .models import ByIdResult, GcReport, Listing, Message, QueueStats
+from mq_cli.backends import open_backend
+from mq_cli.backends.base import Backend
+from mq_cli.core import payloads
+from mq_cli.core.config import (
+    Config,
+    QueueConfig,
+    load_config,
+    validate_queue_name,
+    validate_table_name,
+)
+from mq_cli.core.durations import parse_duration
+from mq_cli.core.errors import ConfigError, InputRejected, PayloadTooLarge
+from mq_cli.core.models import ByIdResult, GcReport, Listing, Message, QueueStats
+from mq_cli.drain import wakeup
 
 if TYPE_CHECKING:  # imported where used: a producer's start does not pay for the drain's
-    from .drain_types import DrainOptions, DrainReport
-    from .status import Status, Throughput
+    from mq_cli.drain.report import DrainOptions, DrainReport
+    from mq_cli.ops.status import Status, Throughput
 
 # A batch is committed when it holds this many messages or this many bytes.
 BATCH_MESSAGES = 1000
@@ -65,7 +72,7 @@ class MQ:
 
     def _open(self, reading: bool) -> Backend:
         if self._backend is None:
-            from .backends.schema import verify
+            from mq_cli.backends.schema import verify
 
             backend = open_backend(
                 self.config.database,
@@ -114,11 +121,11 @@ class MQ:
         """The DDL `init` runs, without connecting to anything."""
         kind = self.config.database.kind
         if kind == "sqlite":
-            from .backends.sqlite import ddl
+            from mq_cli.backends.sqlite import ddl
         elif kind == "postgres":
-            from .backends.postgres import ddl  # type: ignore[assignment]
+            from mq_cli.backends.postgres import ddl  # type: ignore[assignment]
         else:
-            from .backends.mysql import ddl  # type: ignore[assignment]
+            from mq_cli.backends.mysql import ddl  # type: ignore[assignment]
         return ddl(self.config.table)
 
     # -- producing --------------------------------------------------------
@@ -224,8 +231,8 @@ class MQ:
         ``mq.drain(queues=["mail"], max_seconds=55)`` is the same as the crontab line
         ``mq drain -q mail --max-seconds 55``.
         """
-        from .drain import Drain
-        from .drain_types import DrainOptions
+        from mq_cli.drain.loop import Drain
+        from mq_cli.drain.report import DrainOptions
 
         options = options or DrainOptions(**kwargs)
         for name in options.queues:
@@ -238,7 +245,7 @@ class MQ:
         """Counts per queue: every configured queue, plus any other queue holding messages."""
         if queue is not None:
             validate_queue_name(queue)
-        from . import clock
+        from mq_cli.drain import clock
 
         reader = self._reader
         state = clock.read(reader)
@@ -261,19 +268,19 @@ class MQ:
         """Live drains, recent runs and per-queue throughput from the run log (`mq status`)."""
         if queue is not None:
             validate_queue_name(queue)
-        from .status import read
+        from mq_cli.ops.status import read
 
         return read(self, self._reader, queue)
 
     def status_page(self, status: Status) -> str:
         """`mq status --html`'s page for ``status``; records a backlog sample per queue."""
-        from . import status_html
+        from mq_cli.ops import page as status_html
 
         return status_html.render(status_html.gather(self, self._reader, status))
 
     def run_log_figures(self) -> tuple[dict[str, tuple[int, int]], dict[str, Throughput]]:
         """({queue: (done, failed)} over the retained run log, {queue: the last hour})."""
-        from .status import hour_by_queue
+        from mq_cli.ops.status import hour_by_queue
 
         reader = self._reader
         if reader.runlog_missing():
@@ -304,20 +311,20 @@ class MQ:
     ) -> Listing:
         """The oldest ``limit`` messages of a queue (None: of every queue), by id, in one
         state if given: ready, delayed, processing, stalled or failed."""
-        from . import operate
+        from mq_cli.ops import operate
 
         return operate.list_messages(self.config, self._reader, queue, status, limit)
 
     def show(self, ident: int) -> Message:
         """One message with its payload and last_error; NotFound (exit 1) if there is none."""
-        from . import operate
+        from mq_cli.ops import operate
 
         return operate.show(self._reader, ident)
 
     def activity(self, message: Message) -> tuple[str, float | None] | None:
         """A held message: ("running", seconds so far) or ("waiting", None) in its
         drain's batch, as the run log tells; None when it cannot tell."""
-        from . import operate
+        from mq_cli.ops import operate
 
         return operate.show_activity(self._reader, message)
 
@@ -340,7 +347,7 @@ class MQ:
 
         ``mq.gc("stalled", action="requeue")`` is ``mq gc --stalled --requeue``.
         """
-        from . import operate
+        from mq_cli.ops import operate
 
         return operate.Gc(
             self.config, self.backend if action or notify else self._reader, kind, queues=queues, older_than=older_than,
@@ -349,13 +356,13 @@ class MQ:
 
     def retry(self, ids: Sequence[int], force: bool = False) -> ByIdResult:
         """Back to ready now with error_count 0; a processing message only with ``force``."""
-        from . import operate
+        from mq_cli.ops import operate
 
         return operate.change_by_id(self.backend, "retry", ids, force)
 
     def delete(self, ids: Sequence[int], force: bool = False) -> ByIdResult:
         """Delete messages by id; a processing message only with ``force``."""
-        from . import operate
+        from mq_cli.ops import operate
 
         return operate.change_by_id(self.backend, "delete", ids, force)
 
@@ -378,7 +385,7 @@ class MQ:
     ) -> int:
         """Delete a queue's messages (of one status), in bounded batches; how many.
         `processing` ones (maybe running now) only with ``force``."""
-        from . import operate
+        from mq_cli.ops import operate
 
         return operate.purge(self.backend, queue, status, on_progress, force=force)
 
@@ -423,15 +430,15 @@ def enqueue(
     data = payloads.encode(payload, format)
     module = type(connection).__module__
     if module.startswith("sqlite3"):
-        from .backends.sqlite import insert_in_transaction
+        from mq_cli.backends.sqlite import insert_in_transaction
 
         return insert_in_transaction(connection, table, queue, data, delay, priority, unique_key)
     if module.startswith("pymysql"):
-        from .backends.mysql import insert_in_transaction
+        from mq_cli.backends.mysql import insert_in_transaction
 
         return insert_in_transaction(connection, table, queue, data, delay, priority, unique_key)
     if module.startswith("psycopg"):
-        from .backends.postgres import insert_in_transaction as insert_pg
+        from mq_cli.backends.postgres import insert_in_transaction as insert_pg
 
         return insert_pg(connection, table, queue, data, delay, priority, unique_key, notify)
     raise ConfigError(

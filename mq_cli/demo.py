@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .handlers import current_message
+from mq_cli.runners.handlers import current_message
 
 
 def show(payload: object) -> None:

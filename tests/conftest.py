@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from mq_cli.cli import cli
-from mq_cli.dburl import parse_database_url
+from mq_cli.cli.main import cli
+from mq_cli.core.dburl import parse_database_url
 
 REPO = str(Path(__file__).resolve().parent.parent)
 MYSQL_URL = os.environ.get("MQ_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from mq_cli.handlers import current_message
+from mq_cli.runners.handlers import current_message
 
 NOT_CALLABLE = 42
 

@@ -10,7 +10,7 @@ import json
 import os
 import time
 
-import mq_cli.handlers as handlers
+import mq_cli.runners.handlers as handlers
 
 
 def _log(payload: object, **extra: object) -> None:

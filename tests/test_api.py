@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import mq_cli
-from mq_cli.dburl import parse_database_url
-from mq_cli.errors import ConfigError, InputRejected, MqError, SchemaMissing
+from mq_cli.core.dburl import parse_database_url
+from mq_cli.core.errors import ConfigError, InputRejected, MqError, SchemaMissing
 
 
 def rows(db, queue: str = "q") -> list[tuple[int, bytes]]:

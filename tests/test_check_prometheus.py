@@ -8,8 +8,8 @@ import re
 
 from click.testing import CliRunner
 
-from mq_cli import SCHEMA_VERSION
-from mq_cli.cli import cli
+from mq_cli.cli.main import cli
+from mq_cli.core.version import SCHEMA_VERSION
 
 
 def run(*args: str, env: dict | None = None):

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import uuid
 
-from mq_cli.dburl import parse_database_url
+from mq_cli.core.dburl import parse_database_url
 
 
 def failed(stdout: str) -> list[str]:

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from mq_cli.backends import open_backend
-from mq_cli.dburl import parse_database_url
+from mq_cli.core.dburl import parse_database_url
 
 
 def backend_for(db):

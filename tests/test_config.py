@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 import mq_cli
-from mq_cli.cli import cli
-from mq_cli.dburl import parse_database_url
+from mq_cli.cli.main import cli
+from mq_cli.core.dburl import parse_database_url
 from tests.conftest import cannot_run_here
 
 

@@ -6,7 +6,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from mq_cli.cli import cli
+from mq_cli.cli.main import cli
 
 
 def walk(group: click.Group, path: tuple[str, ...] = ()):

@@ -163,7 +163,7 @@ def test_cut_connections_mid_drain_lose_nothing(mysql_db, log, tmp_path):
     drain reconnects to record the results; every message runs and is deleted."""
     db = mysql_db
     assert db.run("init").exit_code == 0
-    settings = __import__("mq_cli.dburl", fromlist=["x"]).parse_database_url(db.url)
+    settings = __import__("mq_cli.core.dburl", fromlist=["x"]).parse_database_url(db.url)
     proxy = Proxy((settings.host, settings.port))
     try:
         url = f"mysql://{settings.user or 'root'}@127.0.0.1:{proxy.port}/{settings.database}"
@@ -191,7 +191,7 @@ def test_cut_connections_mid_drain_lose_nothing(mysql_db, log, tmp_path):
 def test_database_gone_for_good_exits_3_and_leaves_messages_for_gc(mysql_db, log, tmp_path):
     db = mysql_db
     assert db.run("init").exit_code == 0
-    settings = __import__("mq_cli.dburl", fromlist=["x"]).parse_database_url(db.url)
+    settings = __import__("mq_cli.core.dburl", fromlist=["x"]).parse_database_url(db.url)
     proxy = Proxy((settings.host, settings.port))
     try:
         url = f"mysql://{settings.user or 'root'}@127.0.0.1:{proxy.port}/{settings.database}"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import mq_cli
-from mq_cli.errors import PayloadTooLarge
+from mq_cli.core.errors import PayloadTooLarge
 
 
 def ids_of(result) -> list[int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from mq_cli.cli import cli
+from mq_cli.cli.main import cli
 
 PASSWORD = "s3cret"
 COMMANDS = [["stats"], ["stats", "--json"], ["enqueue", "-q", "q", "{}"], ["init"]]

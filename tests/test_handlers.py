@@ -22,14 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from mq_cli.errors import HandlerNotFound
-from mq_cli.handlers import (
+from mq_cli.core.errors import HandlerNotFound
+from mq_cli.runners import make_runner
+from mq_cli.runners.handlers import (
     ERROR_LIMIT,
     MessageInfo,
     Outcome,
     current_message,
     load,
-    make_runner,
     resolve,
 )
 
@@ -215,7 +215,7 @@ def test_a_handler_that_forks_and_exits_is_a_death_not_a_timeout(
     make, tmp_path, monkeypatch, timeout, pidfd
 ):
     if not pidfd:  # Linux before 5.3: the runner looks at the pid now and then
-        monkeypatch.setattr("mq_cli.pyrunner._pidfd", lambda pid: -1)
+        monkeypatch.setattr("mq_cli.runners.python._pidfd", lambda pid: -1)
     # Its child inherits the worker's end of our pipe, so no EOF comes while it
     # lives (15 s): the death must be seen from the worker's pid.
     runner = make("tests.handlers:forks_and_exits")
@@ -240,7 +240,8 @@ def test_drain_with_closed_stdout_keeps_the_protocol_clean(tmp_path):
     script = textwrap.dedent(
         """
         import datetime, os, sys
-        from mq_cli.handlers import MessageInfo, make_runner
+        from mq_cli.runners.handlers import MessageInfo
+        from mq_cli.runners import make_runner
         info = MessageInfo(1, "q", 0, datetime.datetime.now(datetime.timezone.utc))
         runner = make_runner("tests.handlers:prints", "json")
         runner.start()
@@ -398,7 +399,7 @@ def test_worker_exits_when_the_drain_is_killed(tmp_path):
     script = textwrap.dedent(
         """
         import time
-        from mq_cli.handlers import make_runner
+        from mq_cli.runners import make_runner
         runner = make_runner("tests.handlers:ok", "json")
         runner.start()
         print(runner.pid, flush=True)
@@ -428,7 +429,8 @@ def test_drain_killed_mid_handler_takes_the_handler_with_it(tmp_path):
     script = textwrap.dedent(
         f"""
         import datetime
-        from mq_cli.handlers import MessageInfo, make_runner
+        from mq_cli.runners.handlers import MessageInfo
+        from mq_cli.runners import make_runner
         runner = make_runner("tests.handlers:spawns_sleeper", "json")
         runner.start()
         print(runner.pid, flush=True)

@@ -12,7 +12,7 @@ from mq_cli.backends import open_backend
 from mq_cli.backends.mysql import MysqlBackend
 from mq_cli.backends.postgres import PostgresBackend
 from mq_cli.backends.sqlite import SqliteBackend
-from mq_cli.dburl import parse_database_url
+from mq_cli.core.dburl import parse_database_url
 
 
 def backend_for(db):
@@ -378,7 +378,7 @@ def test_purge_deletes_in_bounded_batches(db, monkeypatch):
 
 def test_purge_asks_at_a_terminal(db, monkeypatch):
     enqueue(db, "jobs", b'"a"')
-    monkeypatch.setattr("mq_cli.cli_operate._stdin_is_terminal", lambda: True)
+    monkeypatch.setattr("mq_cli.cli.operate._stdin_is_terminal", lambda: True)
     result = db.run("purge", "-q", "jobs", input="n\n")
     assert result.exit_code == 1
     assert "1 message(s)" in result.output

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mq_cli.dburl import parse_database_url
-from mq_cli.liveness import FENCE, GRACE
+from mq_cli.backends.liveness import FENCE, GRACE
+from mq_cli.core.dburl import parse_database_url
 from tests.proxy import Proxy
 
 LOG = "runs.jsonl"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import mq_cli
-from mq_cli.dburl import parse_database_url
-from mq_cli.errors import ConfigError
+from mq_cli.core.dburl import parse_database_url
+from mq_cli.core.errors import ConfigError
 from tests.servers import free_ports
 
 URL = "postgresql://mq:s3cret@db1:5432,db2:5433,[2001:db8::7]/app?target_session_attrs=read-write"

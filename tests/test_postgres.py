@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 import mq_cli.backends.postgres as pg
-from mq_cli.cli import cli
-from mq_cli.dburl import parse_database_url
+from mq_cli.cli.main import cli
+from mq_cli.core.dburl import parse_database_url
 from tests.conftest import _pg_connect
 
 
@@ -52,7 +52,7 @@ def test_sslmode_in_the_url_and_the_mapping(tmp_path):
     )
     import os
 
-    from mq_cli.config import load_config
+    from mq_cli.core.config import load_config
 
     os.environ["PGPW_TEST"] = "hunter2"
     try:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from mq_cli.cli import cli
-from mq_cli.dburl import parse_database_url
+from mq_cli.cli.main import cli
+from mq_cli.core.dburl import parse_database_url
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from mq_cli import SCHEMA_VERSION
-from mq_cli.runlog import Histogram
+from mq_cli.core.version import SCHEMA_VERSION
+from mq_cli.drain.runlog import Histogram
 
 HANDLER = "tests.handlers:sleeps"
 

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from mq_cli.handlers import NOT_STARTED, MessageInfo, Outcome, make_runner
-from mq_cli.pyrunner import WINDOW, WINDOW_BYTES
+from mq_cli.runners import make_runner
+from mq_cli.runners.handlers import NOT_STARTED, MessageInfo, Outcome
+from mq_cli.runners.python import WINDOW, WINDOW_BYTES
 
 CREATED = datetime(2024, 5, 6, 7, 8, 9, tzinfo=timezone.utc)
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from mq_cli import SCHEMA_VERSION
 from mq_cli.backends import open_backend
 from mq_cli.backends.schema import verify
-from mq_cli.dburl import parse_database_url
+from mq_cli.core.dburl import parse_database_url
+from mq_cli.core.version import SCHEMA_VERSION
 
 
 @pytest.fixture

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from mq_cli.errors import ConfigError
-from mq_cli.slots import acquire, ensure_lock_dir
+from mq_cli.core.errors import ConfigError
+from mq_cli.drain.slots import acquire, ensure_lock_dir
 
 HOLDER = textwrap.dedent(
     """
     import sys, time
-    from mq_cli.slots import acquire
+    from mq_cli.drain.slots import acquire
     slot = acquire(sys.argv[1], sys.argv[2], int(sys.argv[3]))
     print(slot.number if slot else "none", flush=True)
     time.sleep(60)
@@ -212,7 +212,7 @@ def test_concurrency_must_be_positive(lock_dir):
 
 
 def test_the_default_lock_dir_is_per_user_and_never_in_tmp(tmp_path, monkeypatch):
-    from mq_cli.config import default_lock_dir, load_config
+    from mq_cli.core.config import default_lock_dir, load_config
 
     runtime = tmp_path / "run"
     runtime.mkdir()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from mq_cli.cli import cli
+from mq_cli.cli.main import cli
 
 STATS_KEYS = {
     "ready", "delayed", "processing", "stalled", "failed", "oldest_ready_seconds", "paused",

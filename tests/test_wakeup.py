@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from mq_cli import wakeup
+from mq_cli.drain import wakeup
 
 
 def test_a_producer_wakes_every_waiting_drain_of_its_queue(tmp_path):

@@ -16,7 +16,7 @@ def record(payload: object) -> None:
     global _record
     # mq_cli.current_message() is what the README documents; mq_cli/__init__.py does
     # not export it (yet), so take it from where it lives.
-    from mq_cli.handlers import current_message
+    from mq_cli.runners.handlers import current_message
 
     if _record is None:
         directory = os.environ["MQBENCH_RECORD_DIR"]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..dburl import DatabaseSettings
-from .base import Backend
+from mq_cli.backends.base import Backend
+from mq_cli.core.dburl import DatabaseSettings
 
 
 def open_backend(
@@ -42,7 +42,7 @@ def _open(
     standby_ok: bool,
 ) -> Backend:
     if settings.kind == "sqlite":
-        from .sqlite import SqliteBackend
+        from mq_cli.backends.sqlite import SqliteBackend
 
         return SqliteBackend(
             settings,
@@ -52,11 +52,11 @@ def _open(
             create_in_existing=not reading,
         )
     if settings.kind == "postgres":
-        from .postgres import PostgresBackend
+        from mq_cli.backends.postgres import PostgresBackend
 
         return PostgresBackend(
             settings, table, create=bool(create) and auto_init, standby_ok=standby_ok
         )
-    from .mysql import MysqlBackend
+    from mq_cli.backends.mysql import MysqlBackend
 
     return MysqlBackend(settings, table, create=bool(create) and auto_init)

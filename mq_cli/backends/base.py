@@ -6,15 +6,13 @@ import os
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import TYPE_CHECKING
 
-from .. import SCHEMA_VERSION
-from ..models import ByIdResult, Message, QueueStats, Run, Slice
-
-if TYPE_CHECKING:
-    from .schema import Shape
+from mq_cli.backends import liveness
+from mq_cli.core.models import ByIdResult, Message, QueueStats, Run, Slice
+from mq_cli.core.version import SCHEMA_VERSION
 
 
 def placeholders(count: int, mark: str) -> str:
@@ -48,6 +46,15 @@ def load_queries(dialect: str) -> dict[str, str]:
     return queries
 
 
+@dataclass(frozen=True)
+class Shape:
+    """What the database says the table looks like."""
+
+    columns: frozenset[str]
+    #: index name -> unique
+    indexes: dict[str, bool]
+
+
 class Backend(ABC):
     """One open connection to a queue table, with every operation mq needs.
 
@@ -78,11 +85,9 @@ class Backend(ABC):
         """The columns of the unique-key index, in order ([] when it is missing)."""
         return []
 
+    @abstractmethod
     def init_schema(self) -> list[str]:
         """Create or migrate the table(s); idempotent. What was done, one line each."""
-        from .schema import migrate
-
-        return migrate(self)
 
     @abstractmethod
     def table_shape(self) -> Shape | None:
@@ -106,7 +111,7 @@ class Backend(ABC):
         is cheap enough to run: only SQLite has one)."""
         return []
 
-    # -- the clock record (mq_cli/clock.py decides what it means) ----------
+    # -- the clock record (mq_cli/drain/clock.py decides what it means) ----------
 
     @abstractmethod
     def clock_read(
@@ -311,7 +316,7 @@ class Backend(ABC):
         server (PostgreSQL: a pooler, and what it degrades)."""
         return []
 
-    # -- liveness: a lock each drain holds while it runs (mq_cli/liveness.py) -------
+    # -- liveness: a lock each drain holds while it runs (mq_cli/backends/liveness.py) -------
 
     #: where this host's drains keep their lock files (SQLite's liveness)
     lock_dir: str = ""
@@ -335,9 +340,7 @@ class Backend(ABC):
 
     def dead_owners(self, owners: Sequence[str | None]) -> set[str]:
         """Those of ``owners`` whose drain is gone, as its lock says."""
-        from ..liveness import dead_owners
-
-        return dead_owners(self, self.lock_dir, owners)
+        return liveness.dead_owners(self, self.lock_dir, owners)
 
     @abstractmethod
     def probe(self) -> None:
@@ -401,7 +404,7 @@ class Backend(ABC):
         """``queue``'s bucket: (per second, tokens now, seconds drains waited for
         tokens); None when no drain used one yet."""
 
-    # -- the run log (mq_cli/runlog.py; times: Unix seconds, the database's clock) --
+    # -- the run log (mq_cli/drain/runlog.py; times: Unix seconds, the database's clock) --
 
     @abstractmethod
     def runlog_missing(self) -> list[str]:

@@ -11,9 +11,20 @@ from typing import Any
 import pymysql
 import pymysql.cursors
 
-from ..dburl import DatabaseSettings
-from ..errors import READ_ONLY as READ_ONLY_TEXT
-from ..errors import (
+from mq_cli.backends.liveness import lock_name
+from mq_cli.backends.sqlcore import (
+    RETRIES,
+    SqlBackend,
+    Tx,
+    initial_status,
+    insert_each,
+    insert_rows,
+    unlock_claims_for_tests,
+)
+from mq_cli.backends.sqlcore import queries as dialect_queries
+from mq_cli.core.dburl import DatabaseSettings
+from mq_cli.core.errors import READ_ONLY as READ_ONLY_TEXT
+from mq_cli.core.errors import (
     ConfigError,
     ConnectionLost,
     DatabaseError,
@@ -23,17 +34,6 @@ from ..errors import (
     ReadOnly,
     SchemaMissing,
 )
-from ..liveness import lock_name
-from .sqlcore import (
-    RETRIES,
-    SqlBackend,
-    Tx,
-    initial_status,
-    insert_each,
-    insert_rows,
-    unlock_claims_for_tests,
-)
-from .sqlcore import queries as dialect_queries
 
 log = logging.getLogger("mq")
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..dburl import DatabaseSettings
+from mq_cli.core.dburl import DatabaseSettings
 
 log = logging.getLogger("mq")
 

@@ -7,21 +7,10 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from ..dburl import DatabaseSettings
-from ..errors import READ_ONLY as READ_ONLY_TEXT
-from ..errors import (
-    ConfigError,
-    ConnectionLost,
-    DatabaseError,
-    Deadlock,
-    MqError,
-    ReadOnly,
-    SchemaMissing,
-)
-from ..liveness import lock_key
-from . import pg_topology as topology
-from .pg_horizon import horizon
-from .sqlcore import (
+from mq_cli.backends import pg_topology as topology
+from mq_cli.backends.liveness import lock_key
+from mq_cli.backends.pg_horizon import horizon
+from mq_cli.backends.sqlcore import (
     RACE_TRIES,
     SqlBackend,
     Tx,
@@ -31,7 +20,18 @@ from .sqlcore import (
     lost_race,
     unlock_claims_for_tests,
 )
-from .sqlcore import queries as dialect_queries
+from mq_cli.backends.sqlcore import queries as dialect_queries
+from mq_cli.core.dburl import DatabaseSettings
+from mq_cli.core.errors import READ_ONLY as READ_ONLY_TEXT
+from mq_cli.core.errors import (
+    ConfigError,
+    ConnectionLost,
+    DatabaseError,
+    Deadlock,
+    MqError,
+    ReadOnly,
+    SchemaMissing,
+)
 
 log = logging.getLogger("mq")
 

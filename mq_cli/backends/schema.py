@@ -19,7 +19,7 @@ Schema versions:
   concurrent write from another node. SQLite is unchanged. PostgreSQL
   tables start at this version.
 - 3: the run log: tables ``{table}_runs`` and ``{table}_rollup``
-  (mq_cli/runlog.py); the queue table is unchanged. A drain never fails for
+  (mq_cli/drain/runlog.py); the queue table is unchanged. A drain never fails for
   want of them, so :func:`problems` does not look for them; `mq init` restores
   them.
 - 4: messages not due yet (a delay, a retry's backoff, a dead drain's grace)
@@ -41,11 +41,10 @@ A migration step ``n`` takes a table from version n to n + 1; after the steps,
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from .. import SCHEMA_VERSION
-from ..errors import DatabaseError, SchemaMismatch, SchemaMissing
-from .base import Backend
+from mq_cli.backends.base import Backend, Shape
+from mq_cli.core.errors import DatabaseError, SchemaMismatch, SchemaMissing
+from mq_cli.core.version import SCHEMA_VERSION
 
 #: every column a command reads or writes, in table order
 COLUMNS = (
@@ -54,15 +53,6 @@ COLUMNS = (
 )  # fmt: skip
 #: columns whose loss cannot be repaired: a message without them is no message
 IRREPLACEABLE = ("id", "queue", "payload")
-
-
-@dataclass(frozen=True)
-class Shape:
-    """What the database says the table looks like."""
-
-    columns: frozenset[str]
-    #: index name -> unique
-    indexes: dict[str, bool]
 
 
 def index_names(table: str) -> dict[str, tuple[str, bool]]:

@@ -19,18 +19,17 @@ from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from ..errors import Deadlock, MqError, SchemaMissing
-from ..liveness import GRACE
-from ..models import Message, QueueStats
-from .base import load_queries, placeholders
-from .sqllimits import SqlLimits
-from .sqlops import SqlOperate, as_text
-from .sqlrunlog import SqlRunLog
-
-if TYPE_CHECKING:
-    from .schema import Shape
+from mq_cli.backends.base import Shape, load_queries, placeholders
+from mq_cli.backends.liveness import GRACE
+from mq_cli.backends.plumbing import Tx
+from mq_cli.backends.schema import migrate
+from mq_cli.backends.sqllimits import SqlLimits
+from mq_cli.backends.sqlops import SqlOperate, as_text
+from mq_cli.backends.sqlrunlog import SqlRunLog
+from mq_cli.core.errors import Deadlock, MqError, SchemaMissing
+from mq_cli.core.models import Message, QueueStats
 
 T = TypeVar("T")
 
@@ -109,31 +108,6 @@ def pause_key(queue: str, kind: str = "paused") -> str:
     import hashlib
 
     return f"{kind}#" + hashlib.sha256(queue.encode()).hexdigest()[:50]
-
-
-class Tx:
-    """A DB-API cursor inside a transaction (ours, or an application's)."""
-
-    __slots__ = ("cursor",)
-
-    def __init__(self, cursor: Any):
-        self.cursor = cursor
-
-    def rows(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
-        self.cursor.execute(sql, params)
-        return list(self.cursor.fetchall())
-
-    def change(self, sql: str, params: Sequence[object] = ()) -> int:
-        self.cursor.execute(sql, params)
-        return int(self.cursor.rowcount)
-
-    def insert(self, sql: str, params: Sequence[object]) -> int | None:
-        """One INSERT: the new id (RETURNING id, else lastrowid); None when none was made."""
-        self.cursor.execute(sql, params)
-        if self.cursor.description:
-            row = self.cursor.fetchone()
-            return int(row[0]) if row else None
-        return int(self.cursor.lastrowid)
 
 
 def insert_each(
@@ -237,14 +211,6 @@ class SqlBackend(SqlOperate, SqlRunLog, SqlLimits):
         """Roll back, quietly (the connection may be gone already)."""
 
     @abstractmethod
-    def _time(self, value: Any) -> datetime | None:
-        """A time as the driver returns it, as an aware UTC datetime."""
-
-    @abstractmethod
-    def _shift(self, seconds: float) -> object:
-        """The parameter for "the server's now plus ``seconds``" in this dialect's SQL."""
-
-    @abstractmethod
     def _insert(
         self,
         tx: Tx,
@@ -337,6 +303,9 @@ class SqlBackend(SqlOperate, SqlRunLog, SqlLimits):
 
     # -- schema -----------------------------------------------------------------
 
+    def init_schema(self) -> list[str]:
+        return migrate(self)
+
     def ddl(self) -> list[str]:
         return [self._sql[name] for name in self.ddl_names]
 
@@ -348,8 +317,6 @@ class SqlBackend(SqlOperate, SqlRunLog, SqlLimits):
         return int(rows[0][0]) if rows else None
 
     def table_shape(self) -> Shape | None:
-        from .schema import Shape
-
         columns = frozenset(
             str(row[0]) for row in self._rows(self._sql["table_columns"], (self.table,))
         )
@@ -375,7 +342,7 @@ class SqlBackend(SqlOperate, SqlRunLog, SqlLimits):
         except _RolledBack:
             pass
 
-    # -- the clock record (mq_cli/clock.py decides what it means) ----------------
+    # -- the clock record (mq_cli/drain/clock.py decides what it means) ----------------
 
     def clock_read(
         self, host_key: str
@@ -595,7 +562,7 @@ class SqlBackend(SqlOperate, SqlRunLog, SqlLimits):
     def purge_tombstones(self, queue: str) -> int:
         return self._change(self._sql["purge_tombstones"], (queue,))
 
-    # -- liveness (mq_cli/liveness.py) ---------------------------------------------
+    # -- liveness (mq_cli/backends/liveness.py) ---------------------------------------------
 
     def probe(self) -> None:
         self._rows(self._sql["probe"])

@@ -9,12 +9,12 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
 
-from ..dburl import DatabaseSettings
-from ..errors import DatabaseError, MqError, SchemaMissing
-from .base import SCHEMA_VERSION
-from .sqlcore import SqlBackend, Tx, initial_status, insert_each, insert_rows
-from .sqlcore import queries as dialect_queries
-from .sqlite_wal import WalGuard
+from mq_cli.backends.sqlcore import SqlBackend, Tx, initial_status, insert_each, insert_rows
+from mq_cli.backends.sqlcore import queries as dialect_queries
+from mq_cli.backends.sqlite_wal import WalGuard
+from mq_cli.core.dburl import DatabaseSettings
+from mq_cli.core.errors import DatabaseError, MqError, SchemaMissing
+from mq_cli.core.version import SCHEMA_VERSION
 
 # Two writer processes on one file are served unfairly (FIELD-NOTES, trap 5): a
 # claim may wait seconds for its turn. Only a long busy timeout keeps

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import time
 
-from ..errors import DatabaseError
+from mq_cli.core.errors import DatabaseError
 
 SUFFIXES = ("-wal", "-shm")
 #: seconds between two checks after single statements (a drain acknowledges thousands a second)

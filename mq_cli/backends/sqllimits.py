@@ -10,35 +10,18 @@ times are Unix seconds of the database's clock.
 
 from __future__ import annotations
 
-from abc import abstractmethod
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TypeVar
 
-from .base import Backend
-
-if TYPE_CHECKING:
-    from .sqlcore import Tx
+from mq_cli.backends.plumbing import SqlPlumbing, Tx
 
 T = TypeVar("T")
 
 
-class SqlLimits(Backend):
+class SqlLimits(SqlPlumbing):
     """Slot rows and token buckets over the plumbing SqlBackend provides."""
 
-    _sql: dict[str, str]
     #: the tables' DDL (named blocks), for `mq init`
     limits_ddl: tuple[str, ...] = ("create_slots", "create_rates")
-
-    if TYPE_CHECKING:
-
-        @abstractmethod
-        def _rows(self, sql: str, params: Sequence[object] = ()) -> list[Any]: ...
-
-        @abstractmethod
-        def _change(self, sql: str, params: Sequence[object]) -> int: ...
-
-        @abstractmethod
-        def _transaction(self, body: Callable[[Tx], T]) -> T: ...
 
     def limits_missing(self) -> list[str]:
         tables = (f"{self.table}_slots", f"{self.table}_rates")

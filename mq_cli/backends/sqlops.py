@@ -8,16 +8,12 @@ sql/<dialect>.sql with the rest.
 
 from __future__ import annotations
 
-from abc import abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from ..models import ByIdResult, Message
-from .base import Backend
-
-if TYPE_CHECKING:
-    from .sqlcore import Tx
+from mq_cli.backends.plumbing import SqlPlumbing, Tx
+from mq_cli.core.models import ByIdResult, Message
 
 T = TypeVar("T")
 
@@ -38,30 +34,8 @@ def stored_statuses(status: str) -> tuple[str, str]:
     return (status, "delayed") if status == "ready" else (status, status)
 
 
-class SqlOperate(Backend):
+class SqlOperate(SqlPlumbing):
     """Operator methods over the plumbing SqlBackend provides."""
-
-    _sql: dict[str, str]
-
-    if TYPE_CHECKING:
-
-        @abstractmethod
-        def _rows(self, sql: str, params: Sequence[object] = ()) -> list[Any]: ...
-
-        @abstractmethod
-        def _change(self, sql: str, params: Sequence[object]) -> int: ...
-
-        @abstractmethod
-        def _transaction(self, body: Callable[[Tx], T]) -> T: ...
-
-        @abstractmethod
-        def _with_ids(self, name: str, ids: Sequence[int]) -> str: ...
-
-        @abstractmethod
-        def _time(self, value: Any) -> datetime | None: ...
-
-        @abstractmethod
-        def _shift(self, seconds: float) -> object: ...
 
     def _messages(self, name: str, params: Sequence[object]) -> list[Message]:
         return [self._listed(row) for row in self._rows(self._sql[name], params)]

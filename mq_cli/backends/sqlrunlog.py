@@ -1,4 +1,4 @@
-"""The run log's statements for every SQL backend (mq_cli/runlog.py decides what they mean).
+"""The run log's statements for every SQL backend (mq_cli/drain/runlog.py decides what they mean).
 
 A mixin of :class:`~mq_cli.backends.sqlcore.SqlBackend`, like sqlops.py. The
 tables are ``{table}_runs`` (one row per drain run) and ``{table}_rollup``
@@ -9,44 +9,22 @@ database's clock, as the drain measured them.
 
 from __future__ import annotations
 
-from abc import abstractmethod
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
 
-from ..models import Run, Slice
-from .base import Backend
-
-if TYPE_CHECKING:
-    from .sqlcore import Tx
+from mq_cli.backends.plumbing import SqlPlumbing, Tx
+from mq_cli.core.models import Run, Slice
 
 T = TypeVar("T")
 
 
-class SqlRunLog(Backend):
+class SqlRunLog(SqlPlumbing):
     """Run-log reads and writes over the plumbing SqlBackend provides."""
 
-    _sql: dict[str, str]
     #: the run log's DDL (named blocks), for `mq init` and the migration to version 3
     runlog_ddl: tuple[str, ...] = (
         "create_runs", "create_runs_index", "create_rollup", "create_rollup_index",
     )  # fmt: skip
-
-    if TYPE_CHECKING:
-
-        @abstractmethod
-        def _rows(self, sql: str, params: Sequence[object] = ()) -> list[Any]: ...
-
-        @abstractmethod
-        def _change(self, sql: str, params: Sequence[object]) -> int: ...
-
-        @abstractmethod
-        def _retried(self, run: Callable[[], T]) -> T: ...
-
-        @abstractmethod
-        def _transaction(self, body: Callable[[Tx], T]) -> T: ...
-
-        @abstractmethod
-        def _cursor(self) -> Any: ...
 
     def runlog_missing(self) -> list[str]:
         tables = (f"{self.table}_runs", f"{self.table}_rollup")
@@ -55,8 +33,6 @@ class SqlRunLog(Backend):
     def run_start(
         self, owner: str, host: str, pid: int, queues: Sequence[str], queue: str, at: float
     ) -> int:
-        from .sqlcore import Tx
-
         params = (owner, host[:255], pid, ",".join(queues), queue, at, at)
         ident = self._retried(lambda: Tx(self._cursor()).insert(self._sql["runs_insert"], params))
         assert ident is not None

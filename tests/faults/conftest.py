@@ -16,7 +16,7 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from mq_cli.dburl import parse_database_url
+from mq_cli.core.dburl import parse_database_url
 from tests.conftest import MYSQL_URL, PG_URL, Db, _pg_connect, cannot_run_here
 
 

@@ -17,7 +17,7 @@ import socket
 import sys
 import time
 
-from mq_cli.handlers import current_message
+from mq_cli.runners.handlers import current_message
 from tests.faults.history import event, record
 
 

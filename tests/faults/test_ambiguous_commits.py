@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from mq_cli.dburl import parse_database_url
+from mq_cli.core.dburl import parse_database_url
 from tests.faults.history import read
 
 pytestmark = pytest.mark.slow

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import mq_cli
-from mq_cli.durations import parse_duration
+from mq_cli.core.durations import parse_duration
 
 pytestmark = pytest.mark.slow
 

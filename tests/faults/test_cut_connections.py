@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from mq_cli.dburl import parse_database_url
+from mq_cli.core.dburl import parse_database_url
 from tests.faults.harness import Loop, crontab
 from tests.faults.scenario import POISON, Scenario
 from tests.proxy import Proxy

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from mq_cli.dburl import parse_database_url
+from mq_cli.core.dburl import parse_database_url
 from tests.conftest import cannot_run_here
 from tests.faults import harness
 from tests.faults.harness import Forwarder, crontab

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from mq_cli.errors import READ_ONLY
+from mq_cli.core.errors import READ_ONLY
 from tests import servers
 from tests.conftest import Db, cannot_run_here
 from tests.faults.harness import wait_for

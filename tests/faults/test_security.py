@@ -26,9 +26,9 @@ from urllib.parse import quote
 import pytest
 
 import mq_cli
-from mq_cli.dburl import parse_database_url
-from mq_cli.errors import ConfigError
-from mq_cli.slots import acquire, ensure_lock_dir
+from mq_cli.core.dburl import parse_database_url
+from mq_cli.core.errors import ConfigError
+from mq_cli.drain.slots import acquire, ensure_lock_dir
 from tests.faults.harness import wait_for
 from tests.faults.history import read
 from tests.proxy import Proxy
@@ -140,7 +140,7 @@ def test_no_password_in_any_output_or_log(secret_user, tmp_path):
         wait_for(lambda: read(history) and read(history)[-1]["msg"] == "c", 20, every=0.05)
         # the worker's command line (what `ps` shows) holds no password either
         cmdlines = command_lines_of_children(drain.pid)
-        assert "mq_cli.worker" in cmdlines
+        assert "mq_cli.runners.child" in cmdlines
         proxy.down()
         out, err = drain.communicate(timeout=60)
         lost = out.decode(errors="replace") + err.decode(errors="replace")
@@ -161,7 +161,7 @@ def test_no_password_from_a_url_with_an_unencoded_slash():
     password = "2024/Secret-Pw"
     from click.testing import CliRunner
 
-    from mq_cli.cli import cli
+    from mq_cli.cli.main import cli
 
     result = CliRunner().invoke(cli, ["-d", f"mysql://mq:{password}@127.0.0.1:1/app", "stats"])
     assert result.exit_code in (2, 3)
@@ -444,7 +444,7 @@ def test_unique_keys_and_payloads_are_parameters_not_sql(db):
 def test_a_bad_url_never_shows_its_password(url, tmp_path):
     from click.testing import CliRunner
 
-    from mq_cli.cli import cli
+    from mq_cli.cli.main import cli
 
     for args in (["-d", url, "stats"], ["stats"], ["-v", "-d", url, "check"]):
         result = CliRunner().invoke(cli, args, env={"MQ_DATABASE_URL": url, "MQ_CONFIG": None})
@@ -463,7 +463,7 @@ def test_a_bad_url_never_shows_its_password(url, tmp_path):
 def test_an_unreachable_database_never_shows_its_password(url):
     from click.testing import CliRunner
 
-    from mq_cli.cli import cli
+    from mq_cli.cli.main import cli
 
     for args in (["-d", url, "stats"], ["-v", "-d", url, "check"]):
         result = CliRunner().invoke(cli, args, env={"MQ_DATABASE_URL": url, "MQ_CONFIG": None})

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import mq_cli
-from mq_cli.errors import DatabaseError
+from mq_cli.core.errors import DatabaseError
 
 
 def delete_wal(path: Path) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from mq_cli.liveness import FENCE
+from mq_cli.backends.liveness import FENCE
 from tests.conftest import Db
 from tests.faults import harness
 from tests.faults.harness import GcLog, wait_for

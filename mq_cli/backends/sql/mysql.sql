@@ -248,7 +248,7 @@ FOR UPDATE
 -- was claimed again since it was listed is not touched. MySQL assigns left to
 -- right, so last_error reads owner before owner is cleared, and available_at
 -- reads heartbeat_at before it is: a dead drain's message (mark_dead) waits
--- the grace (mq_cli/liveness.py) so its old run is surely over, delayed.
+-- the grace (mq_cli/backends/liveness.py) so its old run is surely over, delayed.
 UPDATE `{table}`
 SET status = IF(heartbeat_at < '1970-01-02', 'delayed', 'ready'), last_error = CONCAT(%s, COALESCE(owner, 'unknown'), %s),
     error_count = error_count + 1, owner = NULL,
@@ -414,7 +414,7 @@ ALTER TABLE `{table}` ADD UNIQUE KEY `{table}_unique` (unique_slot)
 INSERT INTO `{table}` (queue, available_at, created_at, payload)
 VALUES ('mq check probe', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), '')
 
--- Clock steps (mq_cli/clock.py): each drain start, heartbeat and gc records
+-- Clock steps (mq_cli/drain/clock.py): each drain start, heartbeat and gc records
 -- the database's now per host; a jump between two of them that the host's
 -- boot clock did not see is a step, and stalled detection waits it out.
 
@@ -453,7 +453,7 @@ SELECT name, value FROM `{table}_meta` WHERE LEFT(name, 7) IN ('paused:', 'pause
 DELETE FROM `{table}_meta` WHERE name = %s
 
 -- name: live_take
--- The drain's lock (mq_cli/liveness.py): it dies with this session.
+-- The drain's lock (mq_cli/backends/liveness.py): it dies with this session.
 SELECT GET_LOCK(%s, 0)
 
 -- name: live_free
@@ -480,7 +480,7 @@ SELECT owner, COUNT(*),
 FROM `{table}` WHERE queue = %s AND status = 'processing'
 GROUP BY owner
 
--- The run log (mq_cli/runlog.py): one row per drain run, one per run, queue
+-- The run log (mq_cli/drain/runlog.py): one row per drain run, one per run, queue
 -- and time slice of its results. Its times are Unix seconds of the database's
 -- clock (DOUBLE), as the drain measured them; wait and duration histograms are
 -- text (runlog.Histogram).

@@ -237,7 +237,7 @@ WHERE id IN ({ids}) AND queue = %s AND status = 'failed'
 FOR UPDATE
 
 -- name: requeue_stalled_ready
--- A dead drain's message (mark_dead) waits the grace (mq_cli/liveness.py), so
+-- A dead drain's message (mark_dead) waits the grace (mq_cli/backends/liveness.py), so
 -- its old run is surely over, delayed; SET reads the old heartbeat_at.
 UPDATE "{table}"
 SET status = CASE WHEN heartbeat_at < '1970-01-02' THEN 'delayed' ELSE 'ready' END, last_error = %s || COALESCE(owner, 'unknown') || %s,
@@ -422,7 +422,7 @@ SELECT n_live_tup, n_dead_tup,
 FROM pg_stat_user_tables
 WHERE relid = to_regclass(%s)
 
--- Clock steps (mq_cli/clock.py): each drain start, heartbeat and gc records
+-- Clock steps (mq_cli/drain/clock.py): each drain start, heartbeat and gc records
 -- the database's now per host; a jump between two of them that the host's
 -- boot clock did not see is a step, and stalled detection waits it out.
 
@@ -459,7 +459,7 @@ SELECT name, value FROM "{table}_meta" WHERE left(name, 7) IN ('paused:', 'pause
 DELETE FROM "{table}_meta" WHERE name = %s
 
 -- name: live_take
--- The drain's lock (mq_cli/liveness.py): a session advisory lock, it dies with
+-- The drain's lock (mq_cli/backends/liveness.py): a session advisory lock, it dies with
 -- this session.
 SELECT pg_try_advisory_lock(%s)
 
@@ -499,7 +499,7 @@ SELECT owner, COUNT(*),
 FROM "{table}" WHERE queue = %s AND status = 'processing'
 GROUP BY owner
 
--- The run log (mq_cli/runlog.py): one row per drain run, one per run, queue
+-- The run log (mq_cli/drain/runlog.py): one row per drain run, one per run, queue
 -- and time slice of its results. Its times are Unix seconds of the database's
 -- clock (DOUBLE PRECISION), as the drain measured them; wait and duration histograms are
 -- text (runlog.Histogram).

@@ -205,7 +205,7 @@ WHERE id IN ({ids}) AND queue = ? AND status = 'failed'
 -- name: requeue_stalled_ready
 -- Each gc action repeats its match, so a message that finished, heartbeated or
 -- was claimed again since it was listed is not touched. A dead drain's message
--- (mark_dead) waits the grace (mq_cli/liveness.py), delayed; SET reads old values.
+-- (mark_dead) waits the grace (mq_cli/backends/liveness.py), delayed; SET reads old values.
 UPDATE "{table}"
 SET status = CASE WHEN heartbeat_at < '1970-01-02' THEN 'delayed' ELSE 'ready' END, last_error = ? || COALESCE(owner, 'unknown') || ?,
     error_count = error_count + 1, owner = NULL, heartbeat_at = NULL,
@@ -348,7 +348,7 @@ VALUES ('mq check probe', {now}, {now}, X'')
 -- name: quick_check
 PRAGMA quick_check(5)
 
--- Clock steps (mq_cli/clock.py): each drain start, heartbeat and gc records
+-- Clock steps (mq_cli/drain/clock.py): each drain start, heartbeat and gc records
 -- the database's now per host; a jump between two of them that the host's
 -- boot clock did not see is a step, and stalled detection waits it out.
 
@@ -404,7 +404,7 @@ SELECT owner, COUNT(*),
 FROM "{table}" WHERE queue = ? AND status = 'processing'
 GROUP BY owner
 
--- The run log (mq_cli/runlog.py): one row per drain run, one per run, queue
+-- The run log (mq_cli/drain/runlog.py): one row per drain run, one per run, queue
 -- and time slice of its results. Its times are Unix seconds of the database's
 -- clock (REAL), as the drain measured them; wait and duration histograms are
 -- text (runlog.Histogram).

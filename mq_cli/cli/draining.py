@@ -1,0 +1,202 @@
+"""`mq drain`: one drain, or (--processes) several, and their summed report."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from mq_cli.drain.report import DrainReport
+
+
+from mq_cli.cli.common import State, _duration, cli, json_option, log, pass_state, queue_option
+
+
+@cli.command()
+@queue_option(multiple=True)
+@click.option("--handler", metavar="PATH", help="Handler for the queue(s), overriding the config.")
+@click.option(
+    "--max-messages", type=click.IntRange(min=1), metavar="N", help="Stop after N messages."
+)
+@click.option(
+    "--max-seconds", callback=_duration, metavar="S", help="Start no message after S seconds."
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 10_000),
+    metavar="N",
+    help="Messages claimed per transaction.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 256),
+    metavar="N",
+    help="Drains of a queue allowed at once on this host.",
+)
+@click.option("--wait", is_flag=True, help="When empty, keep polling until --max-seconds.")
+@click.option(
+    "--processes",
+    type=click.IntRange(0, 256),
+    metavar="N",
+    help="Run up to N drains of each queue at once, each in its own slot "
+    "(0: as many as its concurrency allows); one summary.",
+)
+@json_option
+@pass_state
+def drain(
+    state: State,
+    queues: tuple[str, ...],
+    handler: str | None,
+    max_messages: int | None,
+    max_seconds: float | None,
+    batch_size: int | None,
+    concurrency: int | None,
+    wait: bool,
+    processes: int | None,
+    as_json: bool,
+) -> None:
+    """Run the handler on ready messages; the command for crontab.
+
+    With no -q, every configured queue in turn. Exits 0 at once, silently, when
+    all of a queue's slots on this host are busy. Runs until no ready message
+    is left, or --max-messages / --max-seconds (both count the whole run); with
+    --wait it waits until --max-seconds: an enqueue on this host (or any, on
+    PostgreSQL) wakes it at once, its own retries start when their backoff
+    ends, anything else within a second (its poll). SIGTERM/SIGINT: the running
+    handler finishes, unstarted messages go back to ready, exit 0.
+    Silent on success (cron mails any output); failures go to stderr.
+
+    \b
+    --processes N starts N such drains of each queue at once, as N crontab
+    lines would (0: one per slot of the queue's concurrency), and prints one
+    summary; its exit code is the worst of theirs.
+
+    \b
+    Example (crontab):
+      * * * * *  /opt/mq/bin/mq drain -q thumbnails --max-seconds 55
+      * * * * *  /opt/mq/bin/mq drain -q thumbnails --max-seconds 55 --processes 0
+    Example (one-off):
+      mq drain -q demo --handler 'exec:cat' --max-messages 10
+    """
+    from mq_cli.drain.report import DrainOptions
+
+    if processes is not None:
+        _drain_processes(
+            state, queues, processes, handler, max_messages, max_seconds, batch_size,
+            concurrency, wait, as_json,
+        )  # fmt: skip
+        return
+
+    log.get()  # the drain logs as it goes (mq_cli.drain): set the level and format first
+    # At a terminal (not under cron, not in a pipe) a person watches: a running
+    # count, and a summary at the end. The log lines of -v are enough there.
+    watched = sys.stderr.isatty() and not as_json and not state.verbose
+    counter = DrainCounter() if watched else None
+    try:
+        report = state.mq.drain(
+            DrainOptions(
+                queues=list(queues),
+                handler=handler,
+                max_messages=max_messages,
+                max_seconds=max_seconds,
+                batch_size=batch_size,
+                concurrency=concurrency,
+                wait=wait,
+                progress=counter.show if counter else None,
+            )
+        )
+    finally:
+        if counter is not None:
+            counter.close()
+    summary = (
+        f"drained {report.succeeded + report.failed} message(s): {report.succeeded} succeeded, "
+        f"{report.failed} failed, {report.returned} returned in {report.seconds:.1f}s"
+    )
+    if as_json:
+        click.echo(json.dumps(report.to_json()))
+    elif watched:
+        busy = f" (all slots busy: {', '.join(report.busy)})" if report.busy else ""
+        click.echo(f"{summary}{busy}", err=True)
+    else:
+        log.info("%s", summary)
+
+
+def _drain_processes(
+    state: State,
+    queues: tuple[str, ...],
+    processes: int,
+    handler: str | None,
+    max_messages: int | None,
+    max_seconds: float | None,
+    batch_size: int | None,
+    concurrency: int | None,
+    wait: bool,
+    as_json: bool,
+) -> None:
+    from mq_cli.drain import fanout
+
+    if max_messages is not None:
+        raise click.UsageError(
+            "--max-messages counts the messages of one drain: with --processes, "
+            "bound the run with --max-seconds"
+        )
+    config = state.mq.config
+    if not queues and not config.queues:
+        from mq_cli.core.errors import ConfigError
+
+        raise ConfigError(
+            "no queue to drain: give -q QUEUE, or configure queues (see config.example.yaml)"
+        )
+    args: list[str] = []
+    for flag, value in (
+        ("--handler", handler), ("--max-seconds", max_seconds),
+        ("--batch-size", batch_size), ("--concurrency", concurrency),
+    ):  # fmt: skip
+        if value is not None:
+            args += [flag, str(value)]
+    if wait:
+        args.append("--wait")
+    children = fanout.plan(config, queues, processes, concurrency)
+    env = fanout.child_env(state.config_path, state.database_url)
+    report: DrainReport
+    report, code = fanout.run(children, args, env, state.verbose)
+    if as_json:
+        click.echo(json.dumps({**report.to_json(), "processes": len(children)}))
+    elif sys.stderr.isatty():
+        click.echo(
+            f"{len(children)} drain(s): {report.succeeded} succeeded, {report.failed} failed, "
+            f"{report.returned} returned in {report.seconds:.1f}s",
+            err=True,
+        )
+    if code:
+        click.get_current_context().exit(code)
+
+
+class DrainCounter:
+    """The running count of a drain at a terminal, redrawn at most 10 times a second."""
+
+    def __init__(self) -> None:
+        self.shown = 0.0
+        self.drawn = False
+
+    def show(self, report: DrainReport) -> None:
+        now = time.monotonic()
+        if now - self.shown >= 0.1:
+            self.shown = now
+            self.drawn = True
+            # The cursor goes back to the start: a log line (a failure) then
+            # overwrites the count instead of running on after it.
+            sys.stderr.write(f"draining: {report.succeeded} succeeded, {report.failed} failed\r")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.drawn:
+            sys.stderr.write("\033[K")  # the summary line takes its place
+            sys.stderr.flush()
+
+
+# -- stats ------------------------------------------------------------------

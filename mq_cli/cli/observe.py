@@ -1,0 +1,166 @@
+"""`mq stats`, `mq status`, `mq pause` and `mq resume`: what the queues hold and do."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from mq_cli.core.durations import format_duration
+
+if TYPE_CHECKING:
+    pass
+
+
+from mq_cli.cli.common import State, cli, json_option, pass_state, queue_option
+
+
+@cli.command()
+@queue_option()
+@json_option
+@click.option(
+    "--prometheus", "prometheus_file", metavar="FILE",
+    help="Also write the figures to FILE in the node_exporter textfile format (atomically).",
+)  # fmt: skip
+@pass_state
+def stats(state: State, queue: str | None, as_json: bool, prometheus_file: str | None) -> None:
+    """Counts per queue: ready, delayed, processing, stalled, failed, oldest ready age.
+
+    --prometheus adds, from the run log (see `mq status`), the counters
+    mq_succeeded_total and mq_failed_total (over the retained history) and the
+    summaries mq_wait_seconds and mq_duration_seconds (the last hour).
+
+    \b
+    Example:  mq stats
+              mq stats -q thumbnails --json
+    Example (crontab, feeding node_exporter's textfile collector):
+      * * * * *  /opt/mq/bin/mq stats --prometheus /var/lib/node_exporter/mq.prom
+    """
+    result = state.mq.stats(queue)
+    if prometheus_file:
+        from mq_cli.ops import prometheus
+
+        totals, hour = state.mq.run_log_figures()
+        if queue is not None:
+            totals = {queue: totals.get(queue, (0, 0))}
+            hour = {name: hour[name] for name in hour if name == queue}
+        try:
+            prometheus.write(prometheus_file, prometheus.render(result, None, totals, hour))
+        except OSError as exc:
+            raise click.FileError(prometheus_file, exc.strerror) from None
+        if not as_json:
+            return
+    if as_json:
+        click.echo(json.dumps({name: s.to_json() for name, s in result.items()}))
+        return
+    if not result:
+        click.echo("no queues configured and no messages stored")
+        return
+    headers = ["QUEUE", "READY", "DELAYED", "PROCESSING", "STALLED", "FAILED", "OLDEST READY"]
+    rows = [
+        [name + (" (paused)" if s.paused else ""), s.ready, s.delayed, s.processing, s.stalled,
+         s.failed, format_duration(s.oldest_ready_seconds)]
+        for name, s in result.items()
+    ]  # fmt: skip
+    click.echo(_table(headers, rows))
+
+
+# -- status -----------------------------------------------------------------
+
+
+@cli.command()
+@queue_option()
+@json_option
+@click.option(
+    "--html", "html_file", metavar="FILE",
+    help="Write one self-contained HTML page to FILE (atomically) and print nothing else "
+    "(unless --json).",
+)  # fmt: skip
+@pass_state
+def status(state: State, queue: str | None, as_json: bool, html_file: str | None) -> None:
+    """What runs now and how the queues fare: live drains, recent runs, throughput.
+
+    From the run log every drain keeps (see README, "The run log"): each live
+    drain (host:pid, queue, the message it runs now and for how long, the
+    messages it holds), per queue the messages done and failed in the last
+    minute and hour with wait and run time (p50/p95 over the last hour), the
+    counts of `mq stats`, and the last runs of each queue.
+
+    --html writes a page with the same and the failed and stalled messages
+    with their last error, and plots of throughput and backlog over the run
+    log's history (each write records a backlog sample for them).
+
+    \b
+    Example:  mq status
+              mq status -q mail --json
+    Example (crontab: a page for the web server, fresh every minute):
+      * * * * *  /opt/mq/bin/mq status --html /var/www/html/mq/index.html
+    """
+    from mq_cli.ops.status import text
+
+    result = state.mq.status(queue)
+    if html_file:
+        from mq_cli.ops import page as status_html
+
+        page = state.mq.status_page(result)
+        try:
+            status_html.write(html_file, page)
+        except OSError as exc:
+            raise click.FileError(html_file, exc.strerror) from None
+        if not as_json:
+            return
+    if as_json:
+        click.echo(json.dumps(result.to_json()))
+        return
+    click.echo(text(result))
+
+
+@cli.command()
+@queue_option(required=True, multiple=True)
+@pass_state
+def pause(state: State, queues: tuple[str, ...]) -> None:
+    """Stop drains of a queue on every host, until `mq resume`; enqueue still works.
+
+    Stored in the database, so it holds for every host and every later cron
+    run: a drain skips a paused queue silently (`drain --json` lists it under
+    "paused"), and a running one stops claiming within seconds (the messages
+    it holds finish). `mq stats` shows it.
+
+    \b
+    Example:  mq pause -q mail        # an incident: stop sending
+              mq resume -q mail
+    """
+    for queue in queues:
+        if state.mq.pause(queue):
+            click.echo(
+                f"queue {queue} paused: drains on every host skip it until `mq resume -q {queue}`"
+            )
+        else:
+            click.echo(f"queue {queue} was paused already (since {state.mq.paused()[queue]})")
+
+
+@cli.command()
+@queue_option(required=True, multiple=True)
+@pass_state
+def resume(state: State, queues: tuple[str, ...]) -> None:
+    """Let drains take a paused queue's messages again (see `mq pause`).
+
+    \b
+    Example:  mq resume -q mail
+    """
+    for queue in queues:
+        if state.mq.resume(queue):
+            click.echo(f"queue {queue} resumed")
+        else:
+            click.echo(f"queue {queue} was not paused")
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    from mq_cli.core.render import table
+
+    return table(headers, rows)
+
+
+# The operators' commands (gc, list, show, retry, delete, purge) live in their
+# own module; importing it registers them on the group above.

@@ -1,0 +1,1 @@
+"""What every layer shares: models, config, durations, errors, payloads, text."""

@@ -1,0 +1,1 @@
+"""The drain: the loop, acknowledgements, slots, wake-up, liveness, limits, the run log."""

@@ -1,0 +1,154 @@
+"""Per-host drain slots: at most ``concurrency`` drains of a queue on one host.
+
+Slot n of queue Q is the lock file ``LOCK_DIR/Q.n.lock``, held with
+``flock``. The kernel drops the lock when its holder exits, however it exits
+(kill -9 included), so there is never a stale lock to clean up; that is also
+why the files are never deleted (deleting a lock file lets two processes
+hold "the same" slot through different inodes). The holder's pid is written
+into the file for operators (``cat ~/.local/state/mq/locks/mail.0.lock``).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import stat
+
+from mq_cli.core.errors import ConfigError
+
+_QUEUE = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
+
+
+def ensure_lock_dir(path: str) -> None:
+    """Create ``path`` (mode 0700, with missing parents) or check the one that exists.
+
+    Lock files decide which drains run. In a shared directory such as /tmp,
+    a directory someone else owns or can write to would let them hold our
+    slots (no drain runs) or swap lock files, so it is refused, as is a
+    symlink, rather than trusted.
+    """
+    missing = []
+    current = os.path.abspath(path)
+    while not os.path.lexists(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, 0o700)
+            os.chmod(directory, 0o700)  # whatever the umask said
+        except FileExistsError:  # another drain got there first; checked below
+            pass
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot create lock_dir {path}: {exc.strerror}; "
+                "create it (mode 700) or set lock_dir in the config"
+            ) from None
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        raise ConfigError(
+            f"lock_dir {path} is a symlink, which mq does not follow; "
+            "remove it or set lock_dir to a real directory"
+        )
+    if not stat.S_ISDIR(info.st_mode):
+        raise ConfigError(
+            f"lock_dir {path} exists but is not a directory; remove it or set lock_dir elsewhere"
+        )
+    if info.st_uid != os.geteuid():
+        raise ConfigError(
+            f"lock_dir {path} belongs to uid {info.st_uid}, not to this user "
+            f"(uid {os.geteuid()}); remove it or set lock_dir to a directory you own"
+        )
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ConfigError(
+            f"lock_dir {path} is writable by group or others "
+            f"(mode {stat.S_IMODE(info.st_mode):o}); run `chmod 700 {path}`"
+        )
+
+
+class Slot:
+    """A held slot; the lock lasts until release() or until this process ends."""
+
+    def __init__(self, path: str, number: int, fd: int) -> None:
+        self.path = path
+        self.number = number
+        self._fd = fd
+
+    def __repr__(self) -> str:
+        state = "held" if self._fd >= 0 else "released"
+        return f"<Slot {self.number} {self.path} {state}>"
+
+    def __enter__(self) -> Slot:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+    def release(self) -> None:
+        if self._fd < 0:
+            return
+        try:
+            os.ftruncate(self._fd, 0)  # no pid: nobody holds it
+        except OSError:
+            pass
+        os.close(self._fd)  # closing the last descriptor drops the flock
+        self._fd = -1
+
+
+def _open_lock_file(path: str) -> int:
+    # O_NOFOLLOW: a symlink planted here must not make us create or lock a
+    # file elsewhere. O_CLOEXEC: handlers and their daemons must not inherit
+    # the descriptor, or the slot would stay busy after the drain exits.
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK):
+            raise ConfigError(
+                f"lock file {path} is a symlink, which mq does not follow; remove it"
+            ) from None
+        raise ConfigError(
+            f"cannot open lock file {path}: {exc.strerror}; check lock_dir's permissions"
+        ) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+        os.close(fd)
+        raise ConfigError(f"lock file {path} is not a regular file owned by this user; remove it")
+    return fd
+
+
+def acquire(lock_dir: str, queue: str, concurrency: int) -> Slot | None:
+    """The first free slot of ``queue`` on this host, or None when all are busy.
+
+    Never waits: a drain started by cron while others still run simply has
+    nothing to do. Checks the lock directory first (see ensure_lock_dir).
+    """
+    if not _QUEUE.match(queue):
+        raise ConfigError(f"queue name {queue!r} is not 1-64 characters of A-Z a-z 0-9 _ . -")
+    if concurrency < 1:
+        raise ConfigError(f"concurrency must be at least 1, not {concurrency}")
+    ensure_lock_dir(lock_dir)
+    for number in range(concurrency):
+        path = os.path.join(lock_dir, f"{queue}.{number}.lock")
+        fd = _open_lock_file(path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        except OSError:
+            os.close(fd)
+            raise
+        try:
+            # Only now: truncating before the lock is ours would erase the
+            # pid of the drain that holds it.
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:  # a full disk must not stop the drain; the lock is what counts
+            pass
+        return Slot(path, number, fd)
+    return None

@@ -1,0 +1,62 @@
+"""Queues no drain could start: a trace in the database for `mq status`.
+
+A drain that cannot start (its handler does not import, the queue has no
+handler in the config, a bad ``--handler``) exits 2 before it claims anything,
+and cron mails that to one host's owner at best. So, when the database is
+reachable, it also leaves a note in the meta table: the queue, since when no
+drain could start it, and the last error. `mq status` shows it until a drain
+of the queue starts (drain.py removes the note then, from what it reads as it
+starts anyway: no query more for a healthy drain).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from mq_cli.backends.sqlcore import pause_key
+from mq_cli.core.errors import MqError
+
+if TYPE_CHECKING:
+    from mq_cli.backends.base import Backend
+    from mq_cli.core.config import Config
+
+log = logging.getLogger("mq")
+
+KIND = "nostart"
+#: the meta table's value column holds 255 characters
+VALUE_WIDTH = 255
+
+
+def note_name(queue: str) -> str:
+    return pause_key(queue, KIND)
+
+
+def record(config: Config, open_backend: Callable[[], Backend], queue: str, error: str) -> None:
+    """Note that no drain of ``queue`` could start; quietly nothing when the database
+    cannot be reached or holds no mq schema (nothing is created for it)."""
+    path = config.database.path
+    if config.database.kind == "sqlite" and not (path and os.path.exists(path)):
+        return
+    try:
+        backend = open_backend()
+        since = backend.drain_notes()[1].get(queue, (None, ""))[0]
+        since = since or backend.now().isoformat(timespec="seconds").replace("+00:00", "Z")
+        line = " ".join(error.split("\n", 1)[0].split())
+        value = f"{since}|{queue}|{line}"[:VALUE_WIDTH]
+        backend.meta_put({note_name(queue): value})
+    except MqError as exc:
+        log.debug("no trace of the failed start left in the database: %s", exc)
+
+
+def clear(db: Callable[..., Any], queues: Iterable[str]) -> None:
+    """A drain of ``queues`` started: their notes go. ``db`` runs an operation (the
+    drain's, with its reconnects); a user who may not delete meta rows leaves them
+    (see the GRANTs in the README) and the drain carries on."""
+    names = [note_name(queue) for queue in queues]
+    try:
+        db(lambda backend: backend.meta_drop(names))
+    except MqError as exc:
+        log.warning("could not clear the note that no drain could start %s: %s", names, exc)

@@ -1,0 +1,327 @@
+"""What operators do to messages: gc of stalled and failed ones, list, show, retry, delete, purge.
+
+No click and no SQL: these functions drive the backend's operator methods in
+bounded batches (``OPERATE_BATCH`` ids per statement, each its own short
+transaction, so clearing a million rows never holds a long lock) and return
+plain results for the CLI to render.
+
+Every change repeats its match in the statement itself: a message that
+finished, heartbeated again or was claimed again between being found and being
+changed is left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
+from typing import TypeVar
+
+from mq_cli.backends.base import OPERATE_BATCH, Backend
+from mq_cli.backends.liveness import mark_dead
+from mq_cli.core.config import Config, QueueConfig, validate_queue_name
+from mq_cli.core.errors import ConfigError, MqError, NotFound
+from mq_cli.core.models import (
+    STATE_STATUS,
+    STATES,
+    STATUSES,
+    ByIdResult,
+    GcQueueResult,
+    GcReport,
+    Listing,
+    Message,
+)
+from mq_cli.drain import clock
+from mq_cli.drain.recovery import (
+    act_as_found,
+    call_back,
+    change,
+    clock_says_wait,
+    find,
+)
+from mq_cli.runners import handlers
+
+KINDS = {"stalled": "processing", "failed": "failed"}  # gc kind -> the status it looks in
+ACTIONS = ("requeue", "delete")
+CALLBACK_KEYS = {"stalled": "on_stalled", "failed": "on_failed"}
+
+log = logging.getLogger("mq")
+OnBatch = Callable[[list[Message]], None]
+T = TypeVar("T")
+
+
+def _chunks(items: Sequence[T], size: int = OPERATE_BATCH) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+# -- gc ---------------------------------------------------------------------------
+
+
+class Gc:
+    """One `mq gc` run: find the stalled or failed messages, notify, requeue or delete."""
+
+    def __init__(
+        self,
+        config: Config,
+        backend: Backend,
+        kind: str,
+        *,
+        queues: Sequence[str] = (),
+        older_than: float | None = None,
+        action: str | None = None,
+        notify: bool = False,
+        on_batch: OnBatch | None = None,
+    ):
+        if kind not in KINDS:
+            raise ConfigError(f"gc looks for {' or '.join(KINDS)} messages, not {kind!r}")
+        if action is not None and action not in ACTIONS:
+            raise ConfigError(f"gc can {' or '.join(ACTIONS)}, not {action!r}")
+        if older_than is not None and kind != "stalled":
+            raise ConfigError("--older-than applies to stalled messages only")
+        self.config = config
+        self.backend = backend
+        self.kind = kind
+        self.queues = [validate_queue_name(q) for q in dict.fromkeys(queues)]
+        self.older_than = older_than
+        self.action = action
+        self.notify = notify
+        # Sees each batch as it goes: the matches when listing, the messages
+        # changed (as they were found) when requeuing or deleting.
+        self.on_batch = on_batch
+        if notify:
+            self._check_callbacks()
+
+    def _check_callbacks(self) -> None:
+        """Every callback --notify may call, checked before anything is changed (exit 2)."""
+        key = CALLBACK_KEYS[self.kind]
+        named = {q: getattr(self.config.queue(q), key) for q in self.queues}
+        for queue, path in named.items():
+            if not path:
+                raise ConfigError(
+                    f"--notify: queue {queue!r} has no {key} callback; set queues.{queue}.{key} "
+                    f"or defaults.{key} in the config"
+                )
+        every = [self.config.defaults, *self.config.queues.values()]
+        paths = set(named.values()) if named else {getattr(q, key) for q in every} - {None}
+        if not paths:
+            raise ConfigError(
+                f"--notify: no {key} callback is configured; set defaults.{key} "
+                "(or a queue's) in the config"
+            )
+        for path in sorted(paths):
+            handlers.resolve(path)
+
+    def run(self) -> GcReport:
+        report = GcReport(self.kind, self.action)
+        # Before anything is called stalled: was the database's clock stepped?
+        state = clock.observe_quietly(self.backend) if self.kind == "stalled" else None
+        names = self.queues or self.backend.queues_with_status(KINDS[self.kind])
+        for name in names:
+            queue = self.config.queue(name)
+            bound = self.older_than if self.older_than is not None else queue.stalled_after
+            result = GcQueueResult(name)
+            report.queues.append(result)
+            if self.kind == "stalled":
+                mark_dead(self.backend, name)
+            if clock_says_wait(state, name, bound):
+                continue
+            if self.action is None or self.notify:
+                self._list_then_act(queue, bound, result)
+            else:
+                act_as_found(
+                    self.backend, self.kind, self.action, queue, bound, result, self.on_batch
+                )
+        return report
+
+    def _list_then_act(self, queue: QueueConfig, bound: float, result: GcQueueResult) -> None:
+        matched: list[Message] = []
+        after = 0
+        while page := find(self.backend, self.kind, queue.name, bound, after):
+            result.matched += len(page)
+            after = page[-1].id
+            if self.action is None and self.on_batch is not None:
+                self.on_batch(page)
+            if self.notify:
+                matched += page
+        if not matched:
+            return
+        result.notify_error = self._call(queue, matched)
+        if result.notify_error is None and self.action is not None:
+            for batch in _chunks(matched):
+                changed = change(self.backend, self.kind, self.action, queue, bound, batch, result)
+                if self.on_batch is not None and changed:
+                    self.on_batch(changed)
+
+    def _call(self, queue: QueueConfig, messages: list[Message]) -> str | None:
+        """Run the queue's callback once with all its matches; the error if it failed."""
+        key = CALLBACK_KEYS[self.kind]
+        path = getattr(queue, key)  # the queue's own, else the defaults'
+        if not path:
+            return f"no {key} callback is configured for it (set defaults.{key})"
+        return call_back(path, queue, messages, self.config.database.secret_env())
+
+
+# -- list, show -------------------------------------------------------------------
+
+
+def list_messages(
+    config: Config,
+    backend: Backend,
+    queue: str | None,
+    state: str | None = None,
+    limit: int = 100,
+) -> Listing:
+    """The oldest ``limit`` live messages of ``queue`` (by id; None: of every queue, a
+    queue after another), in ``state`` (one of STATES) if given."""
+    if queue is not None:
+        validate_queue_name(queue)
+    if state is not None and state not in STATES:
+        raise ConfigError(f"status must be one of {', '.join(STATES)}, not {state!r}")
+    if limit < 1:
+        raise ConfigError("the limit must be at least 1")
+    status = STATE_STATUS.get(state or "", state)
+    now = backend.now()
+    if queue is not None:
+        names = [queue]
+    else:
+        found_in = {q for s in STATUSES for q in backend.queues_with_status(s)}
+        names = sorted(found_in)
+    found: list[Message] = []
+    states: dict[int, str] = {}
+    for name in names:
+        stalled_after = config.queue(name).stalled_after
+        after = 0
+        while len(found) <= limit:
+            size = OPERATE_BATCH if state else min(OPERATE_BATCH, limit + 1)
+            page = backend.list_messages(name, status, after, size)
+            if not page:
+                break
+            after = page[-1].id
+            dead = backend.dead_owners([m.owner for m in page if m.status == "processing"])
+            for m in page:
+                states[m.id] = _state(m, now, stalled_after, dead)
+                if state is None or states[m.id] == state:
+                    found.append(m)
+    stalled_after = config.queue(queue).stalled_after if queue else 0.0
+    kept = found[:limit]
+    live = [m for m in kept if states[m.id] == "processing"]
+    return Listing(
+        queue or "",
+        now,
+        kept,
+        len(found) > limit,
+        stalled_after,
+        {m.id: states[m.id] for m in kept},
+        activities(backend, live, now),
+    )
+
+
+def activities(
+    backend: Backend, messages: Sequence[Message], now: datetime
+) -> dict[int, tuple[str, float | None]]:
+    """Which of these held messages runs now (and for how long) and which waits in
+    its drain's batch, as the run log tells: a message shows as running once it
+    has run for a second (runlog.RUNNING_AFTER); until then, and where the run log
+    is missing, it is neither."""
+    from mq_cli.drain.runlog import LIVE_WITHIN
+
+    if not messages:
+        return {}
+    moment = now.timestamp()
+    try:
+        runs = {r.owner: r for r in backend.runs_live(moment - LIVE_WITHIN)}
+    except MqError:
+        return {}
+    found: dict[int, tuple[str, float | None]] = {}
+    for m in messages:
+        run = runs.get(m.owner or "")
+        if run is None or run.ended_at is not None or run.running_id is None:
+            continue
+        if run.running_id == m.id and run.running_since is not None:
+            found[m.id] = ("running", max(moment - run.running_since, 0.0))
+        else:
+            found[m.id] = ("waiting", None)
+    return found
+
+
+def _state(message: Message, now: datetime, stalled_after: float, dead: set[str]) -> str:
+    """The message's state as `mq stats` counts it."""
+    if message.status == "ready":
+        return "delayed" if message.available_at > now else "ready"
+    if message.status == "processing":
+        heartbeat = message.heartbeat_at
+        old = heartbeat is not None and (now - heartbeat).total_seconds() > stalled_after
+        return "stalled" if old or message.owner in dead else "processing"
+    return message.status
+
+
+def show(backend: Backend, ident: int) -> Message:
+    message = backend.get_message(ident)
+    if message is None:
+        raise NotFound(
+            f"no message {ident}: it never existed, or it succeeded or was deleted; "
+            "`mq list -q QUEUE` shows what is there"
+        )
+    return message
+
+
+def show_activity(backend: Backend, message: Message) -> tuple[str, float | None] | None:
+    """For `mq show`: ("running", seconds) or ("waiting", None) for a held message."""
+    if message.status != "processing":
+        return None
+    return activities(backend, [message], backend.now()).get(message.id)
+
+
+# -- retry, delete, purge -------------------------------------------------------------
+
+
+def change_by_id(backend: Backend, action: str, ids: Sequence[int], force: bool) -> ByIdResult:
+    """`mq retry` / `mq delete`: the allowed ones are done; the refused (processing,
+    without ``force``) and missing ones are reported back."""
+    if action not in ("retry", "delete"):
+        raise ConfigError(f"unknown action {action!r}")
+    total = ByIdResult()
+    for chunk in _chunks(list(dict.fromkeys(ids))):
+        part = backend.change_by_id(action, chunk, force)
+        total.done += part.done
+        total.refused.update(part.refused)
+        total.missing += part.missing
+    return total
+
+
+def purge(
+    backend: Backend,
+    queue: str,
+    status: str | None = None,
+    on_progress: Callable[[int], None] | None = None,
+    force: bool = False,
+) -> int:
+    """Delete a queue's messages (of one status), in bounded batches; how many.
+
+    Only what exists when it starts: messages enqueued meanwhile stay. With no
+    status the queue's unique-key tombstones go too (not counted: not messages).
+    `processing` messages may be running in a drain right now: they are kept
+    unless ``force`` (as `mq delete` refuses them without --force).
+    """
+    validate_queue_name(queue)
+    if status is not None and status not in STATUSES:
+        raise ConfigError(f"status must be one of {', '.join(STATUSES)}, not {status!r}")
+    if status == "processing" and not force:
+        raise ConfigError(
+            "purge --status processing deletes messages drains may be running now: add "
+            "--force (for messages of dead drains: mq gc --stalled --delete)"
+        )
+    last = backend.last_id(queue)
+    if last is None:
+        return 0
+    deleted = 0
+    for chosen in [status] if status is not None or force else ["ready", "failed"]:
+        while count := backend.purge(queue, chosen, last, OPERATE_BATCH):
+            deleted += count
+            if on_progress is not None:
+                on_progress(count)
+    if status is None:
+        while backend.purge(queue, "done", last, OPERATE_BATCH):
+            pass
+    return deleted

@@ -1,0 +1,25 @@
+"""Running handlers: the Python handler's child process and its frame protocol
+(python.py, child.py), ``exec:`` programs (programs.py), handler paths (handlers.py)
+and the guard that stops a handler its drain can no longer stop (guard.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mq_cli.runners.handlers import FORMATS, Runner, _split_path, is_exec
+
+
+def make_runner(path: str, fmt: str, hide: Sequence[str] = ()) -> Runner:
+    """A runner for a handler path and a queue format (json, text or bytes);
+    the handler's environment lacks the variables in ``hide``."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
+    if is_exec(path):
+        from mq_cli.runners.programs import ExecRunner
+
+        return ExecRunner(path, hide)
+    _split_path(path)
+    from mq_cli.runners.python import PythonRunner
+
+    return PythonRunner(path, fmt, hide)

@@ -1,0 +1,551 @@
+"""Running a Python handler in a long-lived child process (:mod:`mq_cli.runners.child`).
+
+A thread cannot be stopped and a signal cannot interrupt C code, so the only
+timeout that always works is killing a process. One child serves many
+messages, not an interpreter start each; after a timeout or a crash the next
+message gets a fresh child.
+
+Messages are sent ahead (up to WINDOW of them): the child starts the next
+one as soon as the last one ends, while the drain records the last result
+in the database, so the pipe round trip costs no throughput. What was sent
+but has not started can be taken back (a stop, a message no longer held).
+
+What the handler prints (stdout and stderr) comes back on a pipe of its own
+and goes to the drain's stderr, cut to its end after each message as an
+``exec:`` handler's output is: never onto the drain's stdout, which belongs to
+``mq drain --json``, and never gigabytes into a cron mail.
+"""
+
+from __future__ import annotations
+
+import bisect
+import fcntl
+import math
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Generator, Sequence
+
+from mq_cli.core.errors import HandlerNotFound
+from mq_cli.runners.child import (
+    FAILED,
+    REPLY,
+    SKIP,
+    SKIP_ALL,
+    SKIPPED,
+    FrameBuffer,
+    ProtocolError,
+    encode_message,
+)
+from mq_cli.runners.handlers import (
+    NOT_STARTED,
+    Job,
+    MessageInfo,
+    Outcome,
+    Pacer,
+    bounded,
+    handler_environ,
+)
+from mq_cli.runners.output import Tail
+
+CLOSE_GRACE = 5.0  # seconds a child gets to exit after its pipe closes, before SIGKILL
+READ_CHUNK = 1 << 16
+WINDOW = 32  # messages sent ahead of the running one ...
+WINDOW_BYTES = 1 << 20  # ... holding at most this many payload bytes (but always one)
+EXIT_CHECK = 0.2  # seconds between looks at the child, where no pidfd can tell us at once
+
+
+def _nothing() -> None:
+    pass
+
+
+def death(returncode: int) -> str:
+    """'exit code N' or 'signal N (SIGNAME)' for a Popen returncode."""
+    if returncode >= 0:
+        return f"exit code {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+    return f"signal {-returncode} ({name})"
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL a process group; quiet when it is already gone."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _above_stdio(fd: int) -> int:
+    # With stdout closed (`mq drain >&-` in a crontab) a new pipe could get
+    # fd 1, and the handler's prints would land in our protocol.
+    if fd > 2:
+        return fd
+    high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.close(fd)
+    return high
+
+
+def _child_path() -> list[str]:
+    """The worker's sys.path: ours (a test's, a cron job's venv started by absolute
+    path), with the current directory last.
+
+    Handlers next to where mq runs stay importable, but a `json.py` planted in a
+    directory others can write must not shadow the standard library, site-packages
+    or mq itself, as it would first on the path (where `python -m` puts it).
+    """
+    cwd = os.getcwd()
+    entries = [entry for entry in sys.path if entry not in ("", cwd)]
+    return list(dict.fromkeys([*entries, cwd]))
+
+
+def _worker_argv(path: str, fmt: str, fds: Sequence[int]) -> list[str]:
+    # -I: nothing from the current directory, PYTHONPATH or the user site goes
+    # before the standard library; the path we hand over is set before any
+    # import of mq's (PYTHONPATH would also come before the standard library).
+    boot = (
+        f"import sys; sys.path[:] = {_child_path()!r}; "
+        "from mq_cli.runners.child import main; sys.exit(main(sys.argv[1:]))"
+    )
+    return [sys.executable, "-I", "-c", boot, path, fmt, *map(str, fds)]
+
+
+class _Sent:
+    """A message in the pipe to the child, or running there."""
+
+    __slots__ = ("number", "index", "sent_at", "size")
+
+    def __init__(self, number: int, index: int, sent_at: float, size: int) -> None:
+        self.number, self.index, self.sent_at, self.size = number, index, sent_at, size
+
+
+def _always(index: int) -> bool:
+    return True
+
+
+class PythonRunner:
+    """A Runner for ``package.module:callable`` handlers."""
+
+    def __init__(self, path: str, fmt: str, hide: Sequence[str] = ()) -> None:
+        self.path = path
+        self.fmt = fmt
+        self.hide = tuple(hide)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._rfd = -1  # replies from the child
+        self._wfd = -1  # messages to the child (non-blocking)
+        self._cfd = -1  # take-backs to the child (non-blocking)
+        self._ofd = -1  # what the handler prints (non-blocking)
+        self._pidfd = -1  # readable once the child has exited (-1: not on this system)
+        self._output = Tail()
+        self._out = bytearray()  # frames not yet written to _wfd
+        self._buffer = FrameBuffer()
+        self._poller = select.poll()
+        self._number = 0  # the last message number sent to this child
+        self._taken = 0  # the highest number taken back from this child
+        self._stopped = False
+        self._killed = False
+        self._ready_once = False  # a child of ours got ready at least once
+
+    @property
+    def pid(self) -> int | None:
+        """The child's pid while one runs (for tests and operators' logs)."""
+        return self._proc.pid if self._proc is not None else None
+
+    def __enter__(self) -> PythonRunner:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Start the child now (run_many would start it with the first message)."""
+        if self._proc is None:
+            self._first_spawn(Pacer(None, _nothing, 3600.0), None, None)
+
+    def _first_spawn(self, pacer: Pacer, deadline: float | None, timeout: float | None) -> None:
+        # A child that never got ready is the handler's fault, not a message's:
+        # HandlerNotFound (exit 2), and the drain gives the batch back untouched.
+        failed = self._spawn(pacer, deadline, timeout)
+        if failed is not None:
+            module = self.path.partition(":")[0]
+            raise HandlerNotFound(
+                f"handler {self.path!r} could not be loaded ({failed.error}); "
+                f"run `python -c 'import {module}'` to see why"
+            )
+        self._ready_once = True
+
+    def run(
+        self,
+        payload: bytes,
+        info: MessageInfo,
+        timeout: float | None,
+        tick: Callable[[], None],
+        tick_every: float,
+    ) -> Outcome:
+        for _, outcome in self.run_many([(payload, info)], _always, timeout, tick, tick_every):
+            return outcome
+        raise AssertionError("run_many yields every job")
+
+    def run_many(
+        self,
+        jobs: Sequence[Job],
+        admit: Callable[[int], bool],
+        timeout: float | None,
+        tick: Callable[[], None],
+        tick_every: float,
+        not_after: Callable[[], float | None] | None = None,
+    ) -> Generator[tuple[int, Outcome], None, None]:
+        if self._taken >= SKIP_ALL:  # stopped earlier: this child would start nothing
+            self._discard()
+        self._stopped = False
+        todo: deque[int] = deque(range(len(jobs)))  # not sent (or taken back), in order
+        sent: deque[_Sent] = deque()
+        pacer = Pacer(None, tick, tick_every)
+        ended = 0.0  # when the child ended its last message (time.monotonic)
+
+        def until() -> float:
+            limit = not_after() if not_after is not None else None
+            return math.inf if limit is None else limit
+
+        def runnable(index: int, limit: float = -math.inf) -> bool:
+            # admit() first: it may renew what until() gives (a heartbeat).
+            if self._stopped or not admit(index):
+                return False
+            now = time.monotonic()
+            return now < limit or now < until()
+
+        def take_back_unwanted() -> None:
+            # After a tick (a heartbeat may have found messages gone) or a stop.
+            if self._number > self._taken and not all(runnable(s.index) for s in sent):
+                self._take_back(self._number)
+
+        try:
+            while todo or sent:
+                if len(sent) <= WINDOW // 2:
+                    limit = until()  # once per refill (runnable() looks again past it)
+                    in_flight = sum(s.size for s in sent)
+                    while todo and len(sent) < WINDOW:
+                        if sent and in_flight >= WINDOW_BYTES:
+                            break
+                        index = todo.popleft()
+                        if not runnable(index, limit):
+                            yield index, NOT_STARTED
+                            continue
+                        if not sent and (self._proc is None or self._proc.poll() is not None):
+                            # None running, or it died between messages (a handler's thread
+                            # called os._exit...) before this one was sent: start over.
+                            self._discard()
+                            deadline = time.monotonic() + timeout if timeout else None
+                            if not self._ready_once:
+                                self._first_spawn(pacer, deadline, timeout)
+                            elif failed := self._spawn(pacer, deadline, timeout):
+                                yield index, failed
+                                continue
+                        sent.append(self._send(jobs[index], index, until()))
+                        in_flight += sent[-1].size
+                    self._flush()
+                    if not sent:
+                        continue
+                head = sent[0]
+                deadline = max(ended, head.sent_at) + timeout if timeout else None
+                frame = self._next_reply(pacer, deadline, timeout, take_back_unwanted)
+                self._pass_output_on()
+                reply = frame if isinstance(frame, Outcome) else self._reply(frame, head.number)
+                if isinstance(reply, Outcome):  # the child is gone: nothing else started
+                    sent.popleft()
+                    for other in sent:
+                        bisect.insort(todo, other.index)
+                    sent.clear()
+                    yield head.index, reply
+                    continue
+                sent.popleft()
+                kind, ended, seconds, error = reply
+                if kind == SKIPPED:
+                    if runnable(head.index):  # taken back with others: send it again
+                        bisect.insort(todo, head.index)
+                    else:
+                        yield head.index, NOT_STARTED
+                elif kind == FAILED:
+                    yield head.index, Outcome(ok=False, error=_clean(error), seconds=seconds)
+                else:
+                    yield head.index, Outcome(ok=True, seconds=seconds)
+        except BaseException:
+            # An exception from tick(), from the caller between two results, or the
+            # caller abandoning us (GeneratorExit): a handler may be running on a
+            # message the caller is about to give back. Kill it first.
+            if sent:
+                self._discard()
+            raise
+
+    def stop(self) -> None:
+        # May run in a signal handler: a flag and one atomic write, nothing else.
+        self._stopped = True
+        if self._cfd >= 0:
+            self._take_back(SKIP_ALL)
+
+    def close(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        os.close(self._wfd)  # EOF: the worker's loop ends and it exits on its own
+        self._wfd = -1
+        try:
+            proc.wait(timeout=CLOSE_GRACE)
+        except subprocess.TimeoutExpired:  # a handler left a non-daemon thread running
+            kill_group(proc.pid)
+            proc.wait()
+        self._forget()
+
+    def kill(self) -> None:
+        # Called from a signal handler while run() may be waiting: only send
+        # the signal; run() sees the pipe close, reaps and reports.
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            self._killed = True
+            kill_group(proc.pid)
+
+    def _send(self, job: Job, index: int, not_after: float) -> _Sent:
+        payload, info = job
+        self._number += 1
+        until = None if not_after == math.inf else not_after
+        self._out += encode_message(self._number, info, until, payload)
+        return _Sent(self._number, index, time.monotonic(), len(payload))
+
+    def _reply(
+        self, frame: tuple[dict[str, object] | None, bytes], number: int
+    ) -> tuple[int, float, float, str] | Outcome:
+        """(kind, ended, seconds, error) from a reply frame; an Outcome if it is not one."""
+        header, body = frame
+        if header is None and len(body) >= REPLY.size:
+            got, kind, ended, seconds = REPLY.unpack_from(body)
+            if got == number:
+                return kind, ended, seconds, body[REPLY.size :].decode("utf-8", "replace")
+            problem = f"reply to message {got} when {number} was running"
+        else:
+            problem = f"not a reply: {header!r}"
+        self._discard()
+        return Outcome(ok=False, error=f"handler process broke the protocol: {problem}")
+
+    def _flush(self) -> None:
+        """Write what the pipe takes now; the rest waits for POLLOUT in _next_reply."""
+        if not self._out:
+            return
+        try:
+            while self._out:
+                del self._out[: os.write(self._wfd, self._out)]
+        except BlockingIOError:
+            pass
+        except BrokenPipeError:  # the child died: its EOF tells the rest
+            self._out.clear()
+        self._poller.modify(self._wfd, select.POLLOUT if self._out else 0)
+
+    def _take_back(self, number: int) -> None:
+        if number <= self._taken:
+            return
+        self._taken = number
+        try:
+            os.write(self._cfd, SKIP.pack(number))
+        except (BlockingIOError, BrokenPipeError):
+            # Full: the child has not read 8,000 earlier take-backs, so it is not
+            # between messages; or it is gone. Either way it starts nothing new.
+            pass
+
+    def _next_reply(
+        self,
+        pacer: Pacer,
+        deadline: float | None,
+        timeout: float | None,
+        after_tick: Callable[[], None],
+    ) -> tuple[dict[str, object] | None, bytes] | Outcome:
+        """The child's next frame, calling tick() meanwhile; an Outcome if it never comes."""
+        buffer = self._buffer
+        while True:
+            try:
+                frame = buffer.next_frame()
+            except ProtocolError as exc:
+                self._discard()
+                return Outcome(ok=False, error=f"handler process broke the protocol: {exc}")
+            if frame is not None:
+                return frame
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                self._discard()
+                return Outcome(ok=False, error=f"timed out after {timeout:g}s", timed_out=True)
+            ticks = pacer.ticks
+            wait = pacer.wait(None if deadline is None else deadline - now)
+            if pacer.ticks != ticks:
+                after_tick()
+            if self._pidfd < 0:
+                wait = min(wait, EXIT_CHECK)
+            exited = False
+            for fd, event in self._poller.poll(math.ceil(wait * 1000)):
+                if fd == self._rfd:
+                    try:
+                        chunk = os.read(self._rfd, READ_CHUNK)
+                    except BlockingIOError:
+                        continue
+                    if not chunk:
+                        return self._died()
+                    buffer.feed(chunk)
+                elif fd == self._pidfd:
+                    exited = True
+                elif fd == self._ofd:
+                    self._read_output()
+                elif event & select.POLLOUT:
+                    self._flush()
+                else:  # POLLERR: the child closed its end (died)
+                    self._out.clear()
+                    self._poller.modify(self._wfd, 0)
+            if exited or (
+                self._pidfd < 0 and self._proc is not None and self._proc.poll() is not None
+            ):
+                # Its death, not the pipe's EOF, is what counts: a process the handler
+                # forked may hold the pipe open for as long as it lives. What the child
+                # wrote before it died still counts (a reply, then an exit).
+                self._read_rest()
+                if not buffer.has_frame():
+                    return self._died()
+
+    def _spawn(self, pacer: Pacer, deadline: float | None, timeout: float | None) -> Outcome | None:
+        """Start a child and wait for its 'ready'; an Outcome if it died or timed out."""
+        p2c_r, p2c_w = map(_above_stdio, os.pipe())
+        c2p_r, c2p_w = map(_above_stdio, os.pipe())
+        ctl_r, ctl_w = map(_above_stdio, os.pipe())
+        out_r, out_w = map(_above_stdio, os.pipe())
+        theirs = (p2c_r, c2p_w, ctl_r)
+        try:
+            proc = subprocess.Popen(
+                _worker_argv(self.path, self.fmt, theirs),
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=out_w,
+                pass_fds=theirs,
+                env=handler_environ(self.hide),
+                # Its own process group, so a timeout also kills what the
+                # handler started, and a Ctrl-C in a terminal reaches only
+                # the drain, which decides.
+                start_new_session=True,
+            )
+        except BaseException:
+            for fd in (p2c_w, c2p_r, ctl_w, out_r):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (*theirs, out_w):
+                os.close(fd)
+        os.set_blocking(p2c_w, False)
+        os.set_blocking(ctl_w, False)
+        os.set_blocking(out_r, False)
+        os.set_blocking(c2p_r, False)
+        self._proc, self._wfd, self._rfd, self._cfd = proc, p2c_w, c2p_r, ctl_w
+        self._ofd = out_r
+        self._pidfd = _pidfd(proc.pid)
+        self._buffer = FrameBuffer()
+        self._out = bytearray()
+        self._number = self._taken = 0
+        self._poller = select.poll()
+        self._poller.register(c2p_r, select.POLLIN)
+        self._poller.register(p2c_w, 0)
+        self._poller.register(out_r, select.POLLIN)
+        if self._pidfd >= 0:
+            self._poller.register(self._pidfd, select.POLLIN)
+        self._killed = False
+        frame = self._next_reply(pacer, deadline, timeout, _nothing)
+        if isinstance(frame, Outcome):
+            return frame
+        hello = frame[0] or {}
+        if hello.get("ready") is not True:
+            self._discard()
+            raise HandlerNotFound(_clean(hello.get("error")) or f"handler {self.path!r}: no ready")
+        return None
+
+    def _died(self) -> Outcome:
+        proc = self._proc
+        assert proc is not None
+        try:
+            proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:  # closed our pipe but lives on: not usable
+            kill_group(proc.pid)
+            proc.wait()
+        # Whatever the handler started dies with it, as on a timeout.
+        kill_group(proc.pid)
+        killed = self._killed
+        self._forget()
+        if killed:
+            return Outcome(ok=False, error="killed: the drain was stopped")
+        return Outcome(ok=False, error=f"handler process died: {death(proc.returncode)}")
+
+    def _discard(self) -> None:
+        """SIGKILL the child and everything it started, reap it, drop its pipes."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.returncode is None:
+            kill_group(proc.pid)
+        proc.wait()
+        self._forget()
+
+    def _read_rest(self) -> None:
+        """Whatever the (dead) child wrote that we have not read yet."""
+        while True:
+            try:
+                chunk = os.read(self._rfd, READ_CHUNK)
+            except BlockingIOError:
+                return
+            if not chunk:
+                return
+            self._buffer.feed(chunk)
+
+    def _read_output(self) -> None:
+        """Take in what the handler printed so far (its pipe never blocks us)."""
+        try:
+            while chunk := os.read(self._ofd, READ_CHUNK):
+                self._output.add(chunk)
+        except BlockingIOError:
+            return
+        # EOF: the child and all it started closed it; nothing more will come.
+        self._poller.unregister(self._ofd)
+        os.close(self._ofd)
+        self._ofd = -1
+
+    def _pass_output_on(self) -> None:
+        if self._ofd >= 0:
+            self._read_output()
+        self._output.to_stderr()
+
+    def _forget(self) -> None:
+        self._pass_output_on()
+        # _cfd first: a signal handler (stop) may write to it at any moment.
+        fds = (self._cfd, self._rfd, self._wfd, self._ofd, self._pidfd)
+        self._cfd = self._rfd = self._wfd = self._ofd = self._pidfd = -1
+        for fd in fds:
+            if fd >= 0:
+                os.close(fd)
+        self._proc = None
+        self._buffer = FrameBuffer()
+        self._out = bytearray()
+        self._number = self._taken = 0
+
+
+def _pidfd(pid: int) -> int:
+    """A descriptor that polls readable when ``pid`` exits; -1 where Linux < 5.3 has none."""
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is None:
+        return -1
+    try:
+        return int(pidfd_open(pid))
+    except OSError:
+        return -1
+
+
+def _clean(error: object) -> str | None:
+    if error is None:
+        return None
+    # Lone surrogates survive JSON but not the database's UTF-8.
+    return bounded(str(error).encode("utf-8", "replace").decode("utf-8"))
