@@ -1,7 +1,7 @@
 """The Python API: what the CLI calls, and what applications import.
 
-No click and no SQL here: SQL lives in ``backends/``, rendering in ``cli.py`` and
-``render.py``; the operators' commands' logic in ``operate.py``.
+No click and no SQL here: SQL lives in ``backends/``, rendering in ``cli/`` and
+``core/render.py``; the operators' commands' logic in ``ops/``, the drain in ``drain/``.
 """
 
 from __future__ import annotations

@@ -36,8 +36,8 @@ from mq_cli.core.errors import (
 )
 from mq_cli.core.models import Message
 from mq_cli.drain import clock, fleet, ratelimit, runlog, slots, wakeup, watchdog
-from mq_cli.drain.recovery import requeue_stalled
 from mq_cli.drain.ratelog import Throttled
+from mq_cli.drain.recovery import requeue_stalled
 from mq_cli.drain.report import DrainOptions, DrainReport
 from mq_cli.runners import guard, handlers, make_runner
 
