@@ -23,7 +23,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from mq_cli.backends.base import load_queries
+from mq_cli.backends.sqlfiles import load_queries
 
 TABLE = "mq_messages"
 RETRY = {1213, 1205}  # deadlock, lock wait timeout: mq retries them too

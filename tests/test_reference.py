@@ -9,7 +9,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from mq_cli.cli.main import cli
-from mq_cli.core.config import QUEUE_KEYS, TOP_KEYS, QueueConfig
+from mq_cli.core.config import TOP_KEYS, QueueConfig
+from mq_cli.core.keys import QUEUE_KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -2,48 +2,19 @@
 
 from __future__ import annotations
 
-import os
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cache
 
 from mq_cli.backends import liveness
+from mq_cli.backends.sqlfiles import load_queries, placeholders
 from mq_cli.core.models import ByIdResult, Message, QueueStats, Run, Slice
 from mq_cli.core.version import SCHEMA_VERSION
-
-
-def placeholders(count: int, mark: str) -> str:
-    """``%s, %s, %s`` for an IN list of ``count`` bound values."""
-    return ", ".join([mark] * count)
-
 
 #: ids per operator statement (gc, retry, delete, purge): each batch is its own
 #: short transaction, so clearing a million rows never holds a long lock
 OPERATE_BATCH = 1000
-_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
-
-
-def _read_sql(dialect: str) -> str:
-    # A plain file beside this module (package data); importlib.resources would
-    # add ~8 ms to every cold start of the CLI.
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sql", f"{dialect}.sql")
-    with open(path, encoding="utf-8") as handle:
-        return handle.read()
-
-
-@cache
-def load_queries(dialect: str) -> dict[str, str]:
-    """The ``-- name: x`` blocks of ``sql/<dialect>.sql`` as {name: statement}."""
-    text = _read_sql(dialect)
-    parts = _HEADER.split(text)
-    queries: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        lines = [ln for ln in body.strip().splitlines() if not ln.lstrip().startswith("--")]
-        queries[name] = "\n".join(lines).strip().rstrip(";")
-    return queries
 
 
 @dataclass(frozen=True)

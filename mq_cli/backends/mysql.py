@@ -11,17 +11,11 @@ from typing import Any
 import pymysql
 import pymysql.cursors
 
+from mq_cli.backends.claims import unlock_claims_for_tests
+from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
 from mq_cli.backends.liveness import lock_name
-from mq_cli.backends.sqlcore import (
-    RETRIES,
-    SqlBackend,
-    Tx,
-    initial_status,
-    insert_each,
-    insert_rows,
-    unlock_claims_for_tests,
-)
-from mq_cli.backends.sqlcore import queries as dialect_queries
+from mq_cli.backends.sqlcore import RETRIES, SqlBackend, Tx
+from mq_cli.backends.sqlfiles import queries as dialect_queries
 from mq_cli.core.dburl import DatabaseSettings
 from mq_cli.core.errors import READ_ONLY as READ_ONLY_TEXT
 from mq_cli.core.errors import (

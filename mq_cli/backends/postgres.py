@@ -8,19 +8,12 @@ from datetime import datetime, timezone
 from typing import Any
 
 from mq_cli.backends import pg_topology as topology
+from mq_cli.backends.claims import RACE_TRIES, lost_race, unlock_claims_for_tests
+from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
 from mq_cli.backends.liveness import lock_key
 from mq_cli.backends.pg_horizon import horizon
-from mq_cli.backends.sqlcore import (
-    RACE_TRIES,
-    SqlBackend,
-    Tx,
-    initial_status,
-    insert_each,
-    insert_rows,
-    lost_race,
-    unlock_claims_for_tests,
-)
-from mq_cli.backends.sqlcore import queries as dialect_queries
+from mq_cli.backends.sqlcore import SqlBackend, Tx
+from mq_cli.backends.sqlfiles import queries as dialect_queries
 from mq_cli.core.dburl import DatabaseSettings
 from mq_cli.core.errors import READ_ONLY as READ_ONLY_TEXT
 from mq_cli.core.errors import (

@@ -12,19 +12,23 @@ the same names in each. The operators' batches are in sqlops.py.
 from __future__ import annotations
 
 import logging
-import os
-import re
 import time
 from abc import abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
 
-from mq_cli.backends.base import Shape, load_queries, placeholders
-from mq_cli.backends.liveness import GRACE
+from mq_cli.backends.base import Shape
+from mq_cli.backends.claims import (
+    RACE_TRIES,
+    lost_race,
+)
+from mq_cli.backends.inserts import initial_status
+from mq_cli.backends.meta import pause_key
 from mq_cli.backends.plumbing import Tx
 from mq_cli.backends.schema import migrate
+from mq_cli.backends.sqlfiles import placeholders
 from mq_cli.backends.sqllimits import SqlLimits
 from mq_cli.backends.sqlops import SqlOperate, as_text
 from mq_cli.backends.sqlrunlog import SqlRunLog
@@ -40,54 +44,6 @@ RETRIES = 8
 #: seconds between two promotions of a queue's due delayed messages by one
 #: drain while its claims come back full (a short claim promotes at once)
 PROMOTE_EVERY = 0.5
-#: claims in a row that lost every row they selected to other drains before one
-#: reports the queue empty (only where the SELECT did not lock: see claim_mark)
-RACE_TRIES = 50
-#: TEST ONLY (tests/faults/test_racing_claims.py): set to 1, it drops the row locks
-#: (FOR UPDATE [SKIP LOCKED]) from the claim's SELECT, so that concurrent claims
-#: race for the same rows as on an engine whose SKIP LOCKED does not lock; the
-#: guarded mark must still give each row to one drain. Never set it in production:
-#: every drain would then contend for the same rows.
-UNLOCKED_CLAIM_ENV = "MQ_TEST_UNLOCKED_CLAIM"
-
-
-def queries(dialect: str, table: str, **more: str) -> dict[str, str]:
-    """The dialect's named statements for ``table`` (and other ``{name}`` substitutions)."""
-    result = {}
-    more = {"grace": f"{GRACE:g}", **more}
-    for name, sql in load_queries(dialect).items():
-        sql = sql.replace("{table}", table)
-        for key, value in more.items():
-            sql = sql.replace("{" + key + "}", value)
-        result[name] = sql
-    return result
-
-
-def initial_status(delay: float) -> str:
-    """A new or retried message's status: 'delayed' until it is due (drains promote
-    it then: see create_due_index in sql/<dialect>.sql), else 'ready'."""
-    return "delayed" if delay > 0 else "ready"
-
-
-def unlock_claims_for_tests(sql: dict[str, str], *names: str) -> None:
-    """With $MQ_TEST_UNLOCKED_CLAIM=1 (tests only), the claim statements ``names``
-    of ``sql`` lose their FOR UPDATE [SKIP LOCKED]; read once, where a dialect
-    builds its statements."""
-    if os.environ.get(UNLOCKED_CLAIM_ENV) != "1":
-        return
-    for name in names:
-        sql[name], found = re.subn(r"\s+FOR UPDATE(\s+SKIP LOCKED)?\b", "", sql[name])
-        if not found:
-            raise AssertionError(f"{UNLOCKED_CLAIM_ENV}: no FOR UPDATE in {name}")
-
-
-def lost_race(queue: str, taken: int, selected: int) -> None:
-    """Said with -v: a claim found rows it selected marked by another drain first,
-    which row locks prevent (an engine that ignores them, or the test switch)."""
-    log.info(
-        "queue %s: another drain marked %d of the %d message(s) this claim selected first; "
-        "this claim runs only the %d it marked", queue, selected - taken, selected, taken,
-    )  # fmt: skip
 
 
 def backoff(attempt: int) -> None:
@@ -97,84 +53,6 @@ def backoff(attempt: int) -> None:
     import random
 
     time.sleep(min(random.uniform(0.005, 0.05) * (attempt + 1), 0.5))
-
-
-def pause_key(queue: str, kind: str = "paused") -> str:
-    """The meta row of a paused queue (or of another ``kind`` of note): meta names
-    hold 64 characters, queue names as many, so a long one is named by its hash
-    (the value says which queue)."""
-    if len(kind) + 1 + len(queue) <= 64:
-        return f"{kind}:{queue}"
-    import hashlib
-
-    return f"{kind}#" + hashlib.sha256(queue.encode()).hexdigest()[:50]
-
-
-def insert_each(
-    tx: Tx,
-    sql: dict[str, str],
-    queue: str,
-    payloads: Sequence[bytes],
-    when: object,
-    priority: int,
-    unique_key: str | None,
-    duplicate: Callable[[BaseException], bool],
-    status: str = "ready",
-) -> list[int | None]:
-    """One INSERT per message (the unique-key path): ids, None where the key was taken."""
-    ids: list[int | None] = []
-    for payload in payloads:
-        if unique_key is not None:
-            tx.change(sql["purge_expired_key"], (queue, unique_key))
-        try:
-            params = (queue, status, priority, when, unique_key, payload)
-            ids.append(tx.insert(sql["insert_one"], params))
-        except Exception as exc:
-            if not duplicate(exc):
-                raise
-            ids.append(None)  # the key is taken: skipped, as documented
-    return ids
-
-
-def insert_rows(
-    tx: Tx,
-    sql: dict[str, str],
-    queue: str,
-    payloads: Sequence[bytes],
-    when: object,
-    priority: int,
-    chunking: tuple[int, int, Callable[[bytes], int]],
-    ids: Callable[[Tx, str, list[object], int], list[int]],
-    statement: str = "insert",
-    status: str = "ready",
-) -> list[int | None]:
-    """Keyless messages in multi-row INSERTs of at most ``chunking`` = (rows, budget,
-    cost); ``ids(tx, sql, params, count)`` runs one and says the new ids, in order."""
-    result: list[int | None] = []
-    for chunk in chunks(payloads, *chunking):
-        values = ",".join([sql["insert_row"]] * len(chunk))
-        params: list[object] = []
-        for payload in chunk:
-            params += (queue, status, priority, when, None, payload)
-        result += ids(tx, sql[statement].replace("{values}", values), params, len(chunk))
-    return result
-
-
-def chunks(
-    payloads: Iterable[bytes], rows: int, budget: int, cost: Callable[[bytes], int]
-) -> Iterator[list[bytes]]:
-    """Payloads in groups of at most ``rows``, each within ``budget`` (at least one each)."""
-    chunk: list[bytes] = []
-    size = 0
-    for payload in payloads:
-        price = cost(payload)
-        if chunk and (size + price > budget or len(chunk) >= rows):
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(payload)
-        size += price
-    if chunk:
-        yield chunk
 
 
 class SqlBackend(SqlOperate, SqlRunLog, SqlLimits):

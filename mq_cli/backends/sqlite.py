@@ -9,8 +9,9 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
 
-from mq_cli.backends.sqlcore import SqlBackend, Tx, initial_status, insert_each, insert_rows
-from mq_cli.backends.sqlcore import queries as dialect_queries
+from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
+from mq_cli.backends.sqlcore import SqlBackend, Tx
+from mq_cli.backends.sqlfiles import queries as dialect_queries
 from mq_cli.backends.sqlite_wal import WalGuard
 from mq_cli.core.dburl import DatabaseSettings
 from mq_cli.core.errors import DatabaseError, MqError, SchemaMissing

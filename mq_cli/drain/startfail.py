@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from mq_cli.backends.sqlcore import pause_key
+from mq_cli.backends.meta import pause_key
 from mq_cli.core.errors import MqError
 
 if TYPE_CHECKING:

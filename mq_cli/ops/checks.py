@@ -233,7 +233,7 @@ def _writable(backend: Backend) -> list[Check]:
 def _limits(backend: Backend, config: Config, session: bool) -> list[Check]:
     """max_drains and rate_limit: how each is held here (``session``: the server gives
     session locks, as for dead drains), and the tables they need."""
-    from mq_cli.core.config import format_rate
+    from mq_cli.core.keys import format_rate
 
     limited = [q for q in config.queues.values() if q.max_drains or q.rate_limit]
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mq_cli.core.config import format_rate
+from mq_cli.core.keys import format_rate
 from mq_cli.drain import fleet
 
 if TYPE_CHECKING:

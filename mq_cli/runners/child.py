@@ -44,6 +44,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
 from mq_cli.core.errors import HandlerNotFound
@@ -308,6 +309,30 @@ def main(argv: list[str]) -> int:
     except BrokenPipeError:  # the drain died while we ran a handler
         pass
     return 0
+
+
+def _child_path() -> list[str]:
+    """The worker's sys.path: ours (a test's, a cron job's venv started by absolute
+    path), with the current directory last.
+
+    Handlers next to where mq runs stay importable, but a `json.py` planted in a
+    directory others can write must not shadow the standard library, site-packages
+    or mq itself, as it would first on the path (where `python -m` puts it).
+    """
+    cwd = os.getcwd()
+    entries = [entry for entry in sys.path if entry not in ("", cwd)]
+    return list(dict.fromkeys([*entries, cwd]))
+
+
+def _worker_argv(path: str, fmt: str, fds: Sequence[int]) -> list[str]:
+    # -I: nothing from the current directory, PYTHONPATH or the user site goes
+    # before the standard library; the path we hand over is set before any
+    # import of mq's (PYTHONPATH would also come before the standard library).
+    boot = (
+        f"import sys; sys.path[:] = {_child_path()!r}; "
+        "from mq_cli.runners.child import main; sys.exit(main(sys.argv[1:]))"
+    )
+    return [sys.executable, "-I", "-c", boot, path, fmt, *map(str, fds)]
 
 
 if __name__ == "__main__":

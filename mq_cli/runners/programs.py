@@ -30,7 +30,7 @@ from mq_cli.runners.handlers import (
     handler_environ,
 )
 from mq_cli.runners.output import Tail
-from mq_cli.runners.python import death, kill_group
+from mq_cli.runners.process import death, kill_group
 
 READ_CHUNK = 1 << 16
 # While the program's pipes are open we cannot tell it exited if something it

@@ -19,13 +19,10 @@ and goes to the drain's stderr, cut to its end after each message as an
 from __future__ import annotations
 
 import bisect
-import fcntl
 import math
 import os
 import select
-import signal
 import subprocess
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
@@ -39,6 +36,7 @@ from mq_cli.runners.child import (
     SKIPPED,
     FrameBuffer,
     ProtocolError,
+    _worker_argv,
     encode_message,
 )
 from mq_cli.runners.handlers import (
@@ -51,6 +49,7 @@ from mq_cli.runners.handlers import (
     handler_environ,
 )
 from mq_cli.runners.output import Tail
+from mq_cli.runners.process import _above_stdio, _pidfd, death, kill_group
 
 CLOSE_GRACE = 5.0  # seconds a child gets to exit after its pipe closes, before SIGKILL
 READ_CHUNK = 1 << 16
@@ -61,59 +60,6 @@ EXIT_CHECK = 0.2  # seconds between looks at the child, where no pidfd can tell 
 
 def _nothing() -> None:
     pass
-
-
-def death(returncode: int) -> str:
-    """'exit code N' or 'signal N (SIGNAME)' for a Popen returncode."""
-    if returncode >= 0:
-        return f"exit code {returncode}"
-    try:
-        name = signal.Signals(-returncode).name
-    except ValueError:
-        return f"signal {-returncode}"
-    return f"signal {-returncode} ({name})"
-
-
-def kill_group(pid: int) -> None:
-    """SIGKILL a process group; quiet when it is already gone."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _above_stdio(fd: int) -> int:
-    # With stdout closed (`mq drain >&-` in a crontab) a new pipe could get
-    # fd 1, and the handler's prints would land in our protocol.
-    if fd > 2:
-        return fd
-    high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
-    os.close(fd)
-    return high
-
-
-def _child_path() -> list[str]:
-    """The worker's sys.path: ours (a test's, a cron job's venv started by absolute
-    path), with the current directory last.
-
-    Handlers next to where mq runs stay importable, but a `json.py` planted in a
-    directory others can write must not shadow the standard library, site-packages
-    or mq itself, as it would first on the path (where `python -m` puts it).
-    """
-    cwd = os.getcwd()
-    entries = [entry for entry in sys.path if entry not in ("", cwd)]
-    return list(dict.fromkeys([*entries, cwd]))
-
-
-def _worker_argv(path: str, fmt: str, fds: Sequence[int]) -> list[str]:
-    # -I: nothing from the current directory, PYTHONPATH or the user site goes
-    # before the standard library; the path we hand over is set before any
-    # import of mq's (PYTHONPATH would also come before the standard library).
-    boot = (
-        f"import sys; sys.path[:] = {_child_path()!r}; "
-        "from mq_cli.runners.child import main; sys.exit(main(sys.argv[1:]))"
-    )
-    return [sys.executable, "-I", "-c", boot, path, fmt, *map(str, fds)]
 
 
 class _Sent:
@@ -531,17 +477,6 @@ class PythonRunner:
         self._buffer = FrameBuffer()
         self._out = bytearray()
         self._number = self._taken = 0
-
-
-def _pidfd(pid: int) -> int:
-    """A descriptor that polls readable when ``pid`` exits; -1 where Linux < 5.3 has none."""
-    pidfd_open = getattr(os, "pidfd_open", None)
-    if pidfd_open is None:
-        return -1
-    try:
-        return int(pidfd_open(pid))
-    except OSError:
-        return -1
 
 
 def _clean(error: object) -> str | None:

@@ -20,9 +20,10 @@ import mq_cli
 from mq_cli.backends.postgres import MAX_TABLE as MAX_PG_TABLE
 from mq_cli.backends.sqlite import SqliteBackend
 from mq_cli.cli import inputs
-from mq_cli.core.config import QUEUE_KEYS, load_config, validate_queue_name, validate_table_name
+from mq_cli.core.config import load_config, validate_queue_name, validate_table_name
 from mq_cli.core.durations import format_duration, parse_duration
 from mq_cli.core.errors import ConfigError, PayloadTooLarge
+from mq_cli.core.keys import QUEUE_KEYS
 from mq_cli.drain.slots import acquire
 from tests.faults.history import read
 

@@ -1,0 +1,49 @@
+"""Child processes of a runner: a kill of a whole group, the words for a death,
+a pidfd that tells an exit at once, and descriptors kept off stdin/out/err.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+
+
+def death(returncode: int) -> str:
+    """'exit code N' or 'signal N (SIGNAME)' for a Popen returncode."""
+    if returncode >= 0:
+        return f"exit code {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+    return f"signal {-returncode} ({name})"
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL a process group; quiet when it is already gone."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _above_stdio(fd: int) -> int:
+    # With stdout closed (`mq drain >&-` in a crontab) a new pipe could get
+    # fd 1, and the handler's prints would land in our protocol.
+    if fd > 2:
+        return fd
+    high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.close(fd)
+    return high
+
+
+def _pidfd(pid: int) -> int:
+    """A descriptor that polls readable when ``pid`` exits; -1 where Linux < 5.3 has none."""
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is None:
+        return -1
+    try:
+        return int(pidfd_open(pid))
+    except OSError:
+        return -1
