@@ -11,7 +11,6 @@ import heapq
 import logging
 import math
 import os
-import random
 import secrets
 import signal
 import socket
@@ -24,22 +23,20 @@ from typing import Any
 
 from mq_cli.backends import liveness
 from mq_cli.backends.base import Backend
-from mq_cli.core import render
 from mq_cli.core.config import Config, QueueConfig
+from mq_cli.core.durations import format_duration
 from mq_cli.core.errors import (
     ConfigError,
-    ConnectionLost,
     DatabaseError,
     MqError,
-    ReadOnly,
     SessionLost,
 )
 from mq_cli.core.models import Message
-from mq_cli.drain import clock, fleet, ratelimit, runlog, slots, wakeup, watchdog
-from mq_cli.drain.ratelog import Throttled
+from mq_cli.drain import clock, ratelimit, slots, wakeup, watchdog
+from mq_cli.drain.acks import DrainAcks
 from mq_cli.drain.recovery import requeue_stalled
 from mq_cli.drain.report import DrainOptions, DrainReport
-from mq_cli.runners import guard, handlers, make_runner
+from mq_cli.runners import handlers, make_runner
 
 log = logging.getLogger("mq")
 
@@ -59,11 +56,7 @@ REQUEUE_LOOK_EVERY = 0.5  # a waiting requeue_stalled drain looks for dead drain
 # A retry becomes ready at the database's `now` + its backoff, stored to the
 # millisecond: a waiting drain looks that much after the moment it computed.
 RETRY_SLACK = 0.005
-ERROR_LOG_WIDTH = 1000
-GUARD_FIRED = (
-    "killed: the drain could not renew the handler's lease (the drain was stopped, frozen "
-    "or starved), so the handler was ended before another drain could take the message"
-)  # characters of a failure's last line in the drain's log
+ERROR_LOG_WIDTH = 1000  # characters of a failure's last line in the drain's log
 
 
 def owner_token() -> str:
@@ -71,19 +64,13 @@ def owner_token() -> str:
     return f"{socket.gethostname()[:80]}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
-class Drain:
+class Drain(DrainAcks):
+    """One drain run: its queues one after another, each in batches (acks.py records
+    the outcomes, session.py keeps the database connection)."""
+
     def __init__(self, config: Config, backend: Callable[[], Backend], options: DrainOptions):
-        self.config = config
-        self._open_backend = backend
-        self.options = options
-        self.owner = owner_token()
-        self.report = DrainReport()
-        self.signals = 0
+        super().__init__(config, backend, options)
         self.runner: handlers.Runner | None = None
-        self.held: set[int] = set()  # claimed ids whose result is not recorded yet
-        self.done: list[Message] = []  # succeeded, deletion deferred (group_ack)
-        self.done_since = 0.0  # time.monotonic() when the oldest of them succeeded
-        self._backend: Backend | None = None
         # Until when (time.monotonic) no gc can take what this drain holds:
         # half of stalled_after after the last claim or heartbeat that covered it.
         self.lease_until = 0.0
@@ -92,24 +79,8 @@ class Drain:
         # the claim or heartbeat that last covered it: before gc could take it.
         self.beat_at = 0.0  # time.monotonic() when that claim or heartbeat was sent
         self._hold_for = 0.0
-        self.guard = guard.Guard()
-        self._gave_up = False  # the database stayed away for a whole reconnect window
-        self._read_only_since: float | None = None  # time.monotonic() of the first refusal
-        self._say = Throttled(log)  # reconnect lines: at most one a second
-        # Liveness (liveness.py): "file" (SQLite's flock), "session" (a server lock
-        # that dies with the connection: fenced), or None (heartbeats alone).
-        self.live: str | None = None
         self._file_lock: liveness.FileLock | None = None
-        self.last_proof = 0.0  # time.monotonic() when a statement last proved the session
-        self.watchdog: watchdog.Watchdog | None = None
-        self._take_back_due = False  # reconnected: the lock first, then anything else
         self._suspects: dict[str, float] = {}  # owner -> since when its lock is free
-        # A heap of when (time.monotonic) the retries this drain recorded become ready.
-        self.retries_due: list[float] = []
-        self.runlog = runlog.RunLog(config, lambda: self.backend, lambda: self.owner, self.report)
-        failover = bool(config.database.hosts)
-        self.reconnect_for = RECONNECT_FAILOVER_FOR if failover else RECONNECT_FOR
-        self.fleet = fleet.Fleet(config, self._db, lambda: self.owner, lambda: self.live)
         self.throttle = ratelimit.Throttle()
 
     # -- setup --------------------------------------------------------------
@@ -140,12 +111,6 @@ class Drain:
                 raise
             plan.append((queue, str(path)))
         return plan
-
-    @property
-    def backend(self) -> Backend:
-        if self._backend is None:
-            self._backend = self._open_backend()
-        return self._backend
 
     # -- the run ------------------------------------------------------------
 
@@ -345,7 +310,7 @@ class Drain:
             log.warning(
                 "queue %s: requeued %d stalled message(s) (their drain's lock was free, or no "
                 "heartbeat for over %s: it died?)%s",
-                queue.name, changed, _seconds(queue.stalled_after),
+                queue.name, changed, format_duration(queue.stalled_after),
                 f"; {failed} reached max_errors and are now failed" if failed else "",
             )  # fmt: skip
         return int(changed)
@@ -478,173 +443,6 @@ class Drain:
                 )
                 self.held = set()
 
-    def _settle_after_failure(
-        self,
-        queue: QueueConfig,
-        batch: list[Message],
-        runner: handlers.Runner,
-        results: Any,
-    ) -> None:
-        """The database failed mid-batch: start nothing more, and find out what started.
-
-        The worker may have run messages sent ahead whose results were not read
-        yet. Giving those back would run them twice, so only what never started
-        stays in ``held`` (to be returned); what ran stays `processing` under
-        this drain's name, for gc, like the messages of a killed drain.
-        """
-        runner.stop()
-        ran = 0
-        try:
-            for index, outcome in results:
-                if outcome.started:
-                    ran += 1
-                    self.held.discard(batch[index].id)
-        except Exception as exc:  # noqa: BLE001 - the database error is what is reported
-            log.debug("while stopping after a database error: %s", exc)
-            self.held.clear()  # unknown: return nothing that might have started
-        if ran:
-            log.warning(
-                "queue %s: %d message(s) ran but their results could not be recorded; they "
-                "stay processing until `mq gc --stalled --requeue` (or requeue_stalled) "
-                "takes them back, and will run again",
-                queue.name, ran,
-            )  # fmt: skip
-
-    def _record_results(
-        self, queue: QueueConfig, batch: list[Message], results: Any, tick: Callable[[], None]
-    ) -> None:
-        """Acknowledge each outcome as the runner yields it."""
-        for index, outcome in results:
-            message = batch[index]
-            if self.watchdog is not None and self.watchdog.fired:
-                raise SessionLost(self._session_lost_text("no proof of it"))
-            self.runlog.outcome(message, outcome)
-            if not outcome.started:
-                if message.id not in self.held:
-                    # Lost while this drain was paused (SIGSTOP, a frozen VM, a cut
-                    # link) past stalled_after: gc or another drain has it now.
-                    log.warning(
-                        "queue %s: message %d is no longer held by this drain (paused "
-                        "past stalled_after?); skipped", queue.name, message.id,
-                    )  # fmt: skip
-                continue
-            self.held.discard(message.id)
-            if outcome.started and not outcome.ok and self.guard.fired():
-                outcome = handlers.Outcome(ok=False, error=GUARD_FIRED)
-            if self.signals > 1 and not outcome.ok:
-                outcome = handlers.Outcome(ok=False, error="interrupted: the drain was stopped")
-            if outcome.ok and self._deferrable(queue, message):
-                self.report.succeeded += 1
-                if not self.done:
-                    self.done_since = time.monotonic()
-                self.done.append(message)
-            else:
-                self._acknowledge(queue, message, outcome)
-            if self.options.progress is not None:
-                self.options.progress(self.report)
-            tick()
-
-    @staticmethod
-    def _deferrable(queue: QueueConfig, message: Message) -> bool:
-        # A tombstone (unique_retention) needs its own UPDATE; everything else can
-        # wait for the batch's one DELETE.
-        return queue.group_ack and not (queue.unique_retention > 0 and message.unique_key)
-
-    def _acknowledge_group(self, queue: QueueConfig) -> None:
-        """One DELETE for the successes so far: at the batch's end, or once the oldest has
-        waited ack_delay. A crash before it re-runs them (at most a batch, at most
-        ack_delay old but for the DELETE's own time)."""
-        ids = [m.id for m in self.done]
-        deleted = self._db(lambda b: b.ack_success_many(ids, self.owner))
-        self.done = []
-        log.info("queue %s: %d message(s) done (one acknowledgement)", queue.name, deleted)
-        if deleted < len(ids):
-            self.report.lost += len(ids) - deleted
-            log.warning(
-                "queue %s: %d succeeded message(s) were no longer held by this drain "
-                "(requeued by an operator or gc?)",
-                queue.name, len(ids) - deleted,
-            )  # fmt: skip
-
-    def _acknowledge(self, queue: QueueConfig, message: Message, outcome: handlers.Outcome) -> None:
-        if outcome.ok:
-            self.report.succeeded += 1
-            ours = self._ack(
-                lambda b: b.ack_success(message, self.owner, queue.unique_retention),
-                lambda after: after is None or after.status == "done",
-                message,
-            )
-            if ours:
-                log.info(
-                    "queue %s: message %d done in %.3fs",
-                    queue.name, message.id, outcome.seconds or 0.0,
-                )  # fmt: skip
-        else:
-            self.report.failed += 1
-            attempts = message.error_count + 1
-            final = attempts >= queue.max_errors
-            retry_in = 0.0 if final else queue.backoff(attempts)
-            error = outcome.error or "failed"
-            ours = self._ack(
-                lambda b: b.ack_failure(message, self.owner, error, retry_in, final),
-                lambda after: (
-                    after is not None
-                    and after.owner is None
-                    and after.error_count == message.error_count + 1
-                ),
-                message,
-            )
-            if ours:
-                if not final and self.options.wait:
-                    heapq.heappush(self.retries_due, time.monotonic() + retry_in)
-                first_line = render.error_line(error, ERROR_LOG_WIDTH)
-                if final:
-                    log.error(
-                        "queue %s: message %d failed for good after %d attempt(s): %s",
-                        queue.name, message.id, attempts, first_line,
-                    )  # fmt: skip
-                else:
-                    # quiet_retries: cron (which mails what is logged) hears only of
-                    # messages that failed for good; -v still shows each attempt.
-                    log.log(
-                        logging.INFO if queue.quiet_retries else logging.ERROR,
-                        "queue %s: message %d failed (attempt %d of %d, retry in %s): %s",
-                        queue.name, message.id, attempts, queue.max_errors,
-                        _seconds(retry_in), first_line,
-                    )  # fmt: skip
-        if not ours:
-            self.report.lost += 1
-            log.warning(
-                "queue %s: message %d was no longer held by this drain (requeued by an operator "
-                "or gc?); its result was not recorded",
-                queue.name, message.id,
-            )  # fmt: skip
-
-    def _ack(
-        self,
-        change: Callable[[Backend], bool],
-        landed: Callable[[Message | None], bool],
-        message: Message,
-    ) -> bool:
-        """Run an acknowledgement; True when it took effect.
-
-        If the connection dropped, the first try may have committed with its
-        reply lost, and the retry then matches nothing: ``landed`` tells from
-        the row as it is now whether that first try did the job.
-        """
-        tries = 0
-
-        def attempt(backend: Backend) -> bool:
-            nonlocal tries
-            tries += 1
-            return change(backend)
-
-        if self._db(attempt):
-            return True
-        if tries > 1:
-            return landed(self._db(lambda b: b.get_message(message.id)))
-        return False
-
     def _heartbeat(self) -> None:
         self._last_beat = asked = time.monotonic()
         ids = sorted(self.held) + [m.id for m in self.done]
@@ -666,120 +464,8 @@ class Drain:
             # The handler is still running; the acknowledgement will try again.
             self._say.warning("heartbeat failed: %s", exc)
 
-    # -- database trouble -----------------------------------------------------
-
-    def _db(self, operation: Callable[[Backend], Any], patience: float | None = None) -> Any:
-        """Run ``operation``; after a lost connection, reconnect and retry for a while.
-
-        Every operation is guarded by the owner token, so running one twice
-        (the first attempt may have committed before the connection dropped)
-        never changes another drain's claim.
-        """
-        if patience is None:
-            patience = self.reconnect_for
-        if self._gave_up:
-            patience = 0.0  # already waited once: the cleanup on the way out tries only once
-        lost_at = time.monotonic()
-        give_up = lost_at + patience
-        pause = 0.2
-        tries = 0
-        while True:
-            sent = time.monotonic()
-            try:
-                if self._take_back_due:
-                    self._take_back()
-                    self._take_back_due = False
-                    sent = time.monotonic()
-                result = operation(self.backend)
-                self.last_proof = max(self.last_proof, sent)
-                self._read_only_since = None
-                return result
-            except ConnectionLost as exc:
-                if isinstance(exc, ReadOnly):
-                    # The server answered on the session that holds this drain's lock
-                    # (a read-only one still grants it): proof the session lives. Then
-                    # a role change: reconnect (a new primary?) for READ_ONLY_FOR from
-                    # the first refusal, across operations.
-                    self.last_proof = max(self.last_proof, sent)
-                    since = self._read_only_since = self._read_only_since or time.monotonic()
-                    give_up = min(give_up, since + READ_ONLY_FOR)
-                if time.monotonic() >= give_up:
-                    self._gave_up = True
-                    raise DatabaseError(
-                        f"{exc}\nheld message(s) stay processing and show as stalled after "
-                        "stalled_after; `mq gc --stalled --requeue` recovers them"
-                    ) from exc
-                tries += 1
-                # Once per outage on stderr (and at most once a second); each further
-                # try at -v (a failover may take a minute).
-                if tries == 1:
-                    self._say.warning("%s; reconnecting (try 1)", exc)
-                else:
-                    log.info("%s; reconnecting (try %d)", exc, tries)
-                since = time.monotonic() - lost_at
-                if self.live == "session" and (self.held or self.done) and since < liveness.FENCE:
-                    # Its lock is free until it reconnects: gc takes a drain whose
-                    # lock stays free for liveness.SUSPECT as dead. Try often.
-                    time.sleep(random.uniform(0.05, 0.15))
-                else:
-                    time.sleep(pause + random.uniform(0, pause))
-                    # A new primary may answer any moment: look at least twice a second.
-                    pause = min(pause * 2, 0.5 if isinstance(exc, ReadOnly) else 2.0)
-                try:
-                    self.backend.reconnect()
-                except DatabaseError as again:
-                    if tries == 1:
-                        self._say.warning("reconnect failed: %s", again)
-                    else:
-                        log.info("reconnect failed: %s", again)
-                    continue
-                self._take_back_due = self.live == "session"
-
-    def _take_back(self) -> None:
-        """After a reconnect: take this drain's lock again on the new session, then
-        check with an owner-guarded heartbeat that nothing it held was taken while
-        the lock was free. Raises SessionLost if either fails."""
-        backend = self.backend
-        for attempt in range(6):
-            # The server may not have seen the old session go yet (it holds the lock).
-            if backend.live_lock_take(self.owner):
-                break
-            time.sleep(0.2 * (attempt + 1))
-        else:
-            raise SessionLost(self._session_lost_text("could not take its lock back"))
-        self.fleet.retake(backend)
-        ids = sorted(self.held) + [m.id for m in self.done]
-        if ids and backend.heartbeat(ids, self.owner) < len(ids):
-            raise SessionLost(self._session_lost_text("gc took messages it held"))
-        log.info("took the drain's lock back on a new session")
-
-    def _go_on_after(self, exc: SessionLost) -> bool:
-        """Whether to go on after the session was lost: yes where the URL lists several
-        hosts (a failover). The running handler was stopped, what did not start was
-        given back, and what ran stays processing for gc, as in a drain that exits;
-        every acknowledgement is owner-guarded, so nothing of another drain is touched."""
-        if not self.config.database.hosts or self._gave_up:
-            return False
-        log.warning("%s; going on with new claims (several hosts: a failover?)", exc)
-        if self.watchdog is not None:
-            self.watchdog.fired = False
-        return True
-
-    def _session_lost_text(self, why: str) -> str:
-        return (
-            f"lost the database session that showed this drain alive ({why}): its running "
-            "handler was stopped; its messages come back through `mq gc --stalled --requeue` "
-            "(or a requeue_stalled drain) within seconds"
-        )
-
 
 def startfail_clear(db: Callable[..., Any], queues: set[str]) -> None:
     from mq_cli.drain.startfail import clear
 
     clear(db, queues)
-
-
-def _seconds(value: float) -> str:
-    from mq_cli.core.durations import format_duration
-
-    return format_duration(value)

@@ -91,7 +91,7 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
 def _liveness(backend: Backend) -> Check:
     """How a killed drain is told from a live one (mq_cli/backends/liveness.py)."""
     from mq_cli.backends.liveness import LIVE_MARK
-    from mq_cli.drain.loop import owner_token
+    from mq_cli.drain.session import owner_token
 
     if backend.kind == "sqlite":
         return Check(

@@ -1,0 +1,213 @@
+"""Recording what each handler run did: a success deleted (or grouped with others:
+group_ack), a failure counted with its backoff or made failed, each guarded by
+the drain's owner token; what could not be recorded after a database failure.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from mq_cli.backends.base import Backend
+from mq_cli.core import render
+from mq_cli.core.config import Config, QueueConfig
+from mq_cli.core.durations import format_duration
+from mq_cli.core.errors import SessionLost
+from mq_cli.core.models import Message
+from mq_cli.drain import runlog
+from mq_cli.drain.report import DrainOptions, DrainReport
+from mq_cli.drain.session import DrainSession
+from mq_cli.runners import guard, handlers
+
+log = logging.getLogger("mq")
+
+ERROR_LOG_WIDTH = 1000  # characters of a failure's last line in the drain's log
+GUARD_FIRED = (
+    "killed: the drain could not renew the handler's lease (the drain was stopped, frozen "
+    "or starved), so the handler was ended before another drain could take the message"
+)
+
+
+class DrainAcks(DrainSession):
+    """The outcomes of a batch, recorded as they come."""
+
+    def __init__(self, config: Config, backend: Callable[[], Backend], options: DrainOptions):
+        super().__init__(config, backend, options)
+        self.options = options
+        self.report = DrainReport()
+        self.signals = 0
+        self.done_since = 0.0  # time.monotonic() when the oldest of self.done succeeded
+        self.guard = guard.Guard()
+        # A heap of when (time.monotonic) the retries this drain recorded become ready.
+        self.retries_due: list[float] = []
+        self.runlog = runlog.RunLog(config, lambda: self.backend, lambda: self.owner, self.report)
+
+    def _settle_after_failure(
+        self,
+        queue: QueueConfig,
+        batch: list[Message],
+        runner: handlers.Runner,
+        results: Any,
+    ) -> None:
+        """The database failed mid-batch: start nothing more, and find out what started.
+
+        The worker may have run messages sent ahead whose results were not read
+        yet. Giving those back would run them twice, so only what never started
+        stays in ``held`` (to be returned); what ran stays `processing` under
+        this drain's name, for gc, like the messages of a killed drain.
+        """
+        runner.stop()
+        ran = 0
+        try:
+            for index, outcome in results:
+                if outcome.started:
+                    ran += 1
+                    self.held.discard(batch[index].id)
+        except Exception as exc:  # noqa: BLE001 - the database error is what is reported
+            log.debug("while stopping after a database error: %s", exc)
+            self.held.clear()  # unknown: return nothing that might have started
+        if ran:
+            log.warning(
+                "queue %s: %d message(s) ran but their results could not be recorded; they "
+                "stay processing until `mq gc --stalled --requeue` (or requeue_stalled) "
+                "takes them back, and will run again",
+                queue.name, ran,
+            )  # fmt: skip
+
+    def _record_results(
+        self, queue: QueueConfig, batch: list[Message], results: Any, tick: Callable[[], None]
+    ) -> None:
+        """Acknowledge each outcome as the runner yields it."""
+        for index, outcome in results:
+            message = batch[index]
+            if self.watchdog is not None and self.watchdog.fired:
+                raise SessionLost(self._session_lost_text("no proof of it"))
+            self.runlog.outcome(message, outcome)
+            if not outcome.started:
+                if message.id not in self.held:
+                    # Lost while this drain was paused (SIGSTOP, a frozen VM, a cut
+                    # link) past stalled_after: gc or another drain has it now.
+                    log.warning(
+                        "queue %s: message %d is no longer held by this drain (paused "
+                        "past stalled_after?); skipped", queue.name, message.id,
+                    )  # fmt: skip
+                continue
+            self.held.discard(message.id)
+            if outcome.started and not outcome.ok and self.guard.fired():
+                outcome = handlers.Outcome(ok=False, error=GUARD_FIRED)
+            if self.signals > 1 and not outcome.ok:
+                outcome = handlers.Outcome(ok=False, error="interrupted: the drain was stopped")
+            if outcome.ok and self._deferrable(queue, message):
+                self.report.succeeded += 1
+                if not self.done:
+                    self.done_since = time.monotonic()
+                self.done.append(message)
+            else:
+                self._acknowledge(queue, message, outcome)
+            if self.options.progress is not None:
+                self.options.progress(self.report)
+            tick()
+
+    @staticmethod
+    def _deferrable(queue: QueueConfig, message: Message) -> bool:
+        # A tombstone (unique_retention) needs its own UPDATE; everything else can
+        # wait for the batch's one DELETE.
+        return queue.group_ack and not (queue.unique_retention > 0 and message.unique_key)
+
+    def _acknowledge_group(self, queue: QueueConfig) -> None:
+        """One DELETE for the successes so far: at the batch's end, or once the oldest has
+        waited ack_delay. A crash before it re-runs them (at most a batch, at most
+        ack_delay old but for the DELETE's own time)."""
+        ids = [m.id for m in self.done]
+        deleted = self._db(lambda b: b.ack_success_many(ids, self.owner))
+        self.done = []
+        log.info("queue %s: %d message(s) done (one acknowledgement)", queue.name, deleted)
+        if deleted < len(ids):
+            self.report.lost += len(ids) - deleted
+            log.warning(
+                "queue %s: %d succeeded message(s) were no longer held by this drain "
+                "(requeued by an operator or gc?)",
+                queue.name, len(ids) - deleted,
+            )  # fmt: skip
+
+    def _acknowledge(self, queue: QueueConfig, message: Message, outcome: handlers.Outcome) -> None:
+        if outcome.ok:
+            self.report.succeeded += 1
+            ours = self._ack(
+                lambda b: b.ack_success(message, self.owner, queue.unique_retention),
+                lambda after: after is None or after.status == "done",
+                message,
+            )
+            if ours:
+                log.info(
+                    "queue %s: message %d done in %.3fs",
+                    queue.name, message.id, outcome.seconds or 0.0,
+                )  # fmt: skip
+        else:
+            self.report.failed += 1
+            attempts = message.error_count + 1
+            final = attempts >= queue.max_errors
+            retry_in = 0.0 if final else queue.backoff(attempts)
+            error = outcome.error or "failed"
+            ours = self._ack(
+                lambda b: b.ack_failure(message, self.owner, error, retry_in, final),
+                lambda after: (
+                    after is not None
+                    and after.owner is None
+                    and after.error_count == message.error_count + 1
+                ),
+                message,
+            )
+            if ours:
+                if not final and self.options.wait:
+                    heapq.heappush(self.retries_due, time.monotonic() + retry_in)
+                first_line = render.error_line(error, ERROR_LOG_WIDTH)
+                if final:
+                    log.error(
+                        "queue %s: message %d failed for good after %d attempt(s): %s",
+                        queue.name, message.id, attempts, first_line,
+                    )  # fmt: skip
+                else:
+                    # quiet_retries: cron (which mails what is logged) hears only of
+                    # messages that failed for good; -v still shows each attempt.
+                    log.log(
+                        logging.INFO if queue.quiet_retries else logging.ERROR,
+                        "queue %s: message %d failed (attempt %d of %d, retry in %s): %s",
+                        queue.name, message.id, attempts, queue.max_errors,
+                        format_duration(retry_in), first_line,
+                    )  # fmt: skip
+        if not ours:
+            self.report.lost += 1
+            log.warning(
+                "queue %s: message %d was no longer held by this drain (requeued by an operator "
+                "or gc?); its result was not recorded",
+                queue.name, message.id,
+            )  # fmt: skip
+
+    def _ack(
+        self,
+        change: Callable[[Backend], bool],
+        landed: Callable[[Message | None], bool],
+        message: Message,
+    ) -> bool:
+        """Run an acknowledgement; True when it took effect.
+
+        If the connection dropped, the first try may have committed with its
+        reply lost, and the retry then matches nothing: ``landed`` tells from
+        the row as it is now whether that first try did the job.
+        """
+        tries = 0
+
+        def attempt(backend: Backend) -> bool:
+            nonlocal tries
+            tries += 1
+            return change(backend)
+
+        if self._db(attempt):
+            return True
+        if tries > 1:
+            return landed(self._db(lambda b: b.get_message(message.id)))
+        return False
