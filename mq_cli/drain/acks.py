@@ -200,14 +200,18 @@ class DrainAcks(DrainSession):
         the row as it is now whether that first try did the job.
         """
         tries = 0
+        reconnects = self.reconnects
 
         def attempt(backend: Backend) -> bool:
             nonlocal tries
             tries += 1
             return change(backend)
 
-        if self._db(attempt):
-            return True
-        if tries > 1:
-            return landed(self._db(lambda b: b.get_message(message.id)))
-        return False
+        ours = self._db(attempt)
+        if not ours and tries > 1:
+            ours = landed(self._db(lambda b: b.get_message(message.id)))
+        if not ours and self.reconnects != reconnects and self.live == "session":
+            # Cut off mid-acknowledgement, its lock free meanwhile: gc took what it
+            # held, as _take_back finds for the messages still in hand. Stop alike.
+            raise SessionLost(self._session_lost_text("gc took a message it held"))
+        return bool(ours)

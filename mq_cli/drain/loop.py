@@ -40,15 +40,6 @@ from mq_cli.runners import handlers, make_runner
 
 log = logging.getLogger("mq")
 
-# How long a drain keeps trying to reach a database that dropped its
-# connection before it gives up (exit 3) and leaves its messages to go stalled.
-RECONNECT_FOR = 15.0
-# ... and when the URL lists several hosts (a standby to fail over to): long
-# enough for a failover manager to notice the primary's death and promote one.
-RECONNECT_FAILOVER_FOR = 60.0
-# ... and a database that turned read-only (a failover demoted it): a new primary
-# answers a reconnect within seconds, or this is a standby and waiting is in vain.
-READ_ONLY_FOR = 3.5
 WAIT_POLL_MIN = 0.05
 WAIT_POLL_MAX = 1.0  # the contract: --wait polls at least once a second
 PAUSE_LOOK_EVERY = 2.0  # a running drain looks whether its queue was paused

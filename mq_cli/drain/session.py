@@ -63,6 +63,7 @@ class DrainSession:
         self.last_proof = 0.0  # time.monotonic() when a statement last proved the session
         self.watchdog: watchdog.Watchdog | None = None
         self._take_back_due = False  # reconnected: the lock first, then anything else
+        self.reconnects = 0  # new sessions this drain opened after losing one
         failover = bool(config.database.hosts)
         self.reconnect_for = RECONNECT_FAILOVER_FOR if failover else RECONNECT_FOR
         self.fleet = fleet.Fleet(config, self._db, lambda: self.owner, lambda: self.live)
@@ -138,6 +139,7 @@ class DrainSession:
                     else:
                         log.info("reconnect failed: %s", again)
                     continue
+                self.reconnects += 1
                 self._take_back_due = self.live == "session"
 
     def _take_back(self) -> None:
