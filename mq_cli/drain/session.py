@@ -168,9 +168,31 @@ class DrainSession:
         if not self.config.database.hosts or self._gave_up:
             return False
         log.warning("%s; going on with new claims (several hosts: a failover?)", exc)
+        self._rename()
         if self.watchdog is not None:
             self.watchdog.fired = False
         return True
+
+    def _rename(self) -> None:
+        """Go on under a new owner token. What ran under the old one and could not be
+        recorded stays processing for gc (its lock given up: dead at once); a claim
+        retried after a lost reply, which gives back all its owner holds, must not
+        give those back to run them here again."""
+        old, token = self.owner, owner_token()
+        if self.live == "session":
+            token += liveness.LIVE_MARK
+            try:
+                taken = self._db(lambda b: b.live_lock_take(token))
+            except DatabaseError:
+                taken = False
+            if not taken:  # heartbeats alone show it alive from now on
+                token, self.live = token[: -len(liveness.LIVE_MARK)], None
+            try:
+                self.backend.live_lock_release(old)
+            except DatabaseError:
+                pass  # gone with the old session already
+        self.owner = token
+        log.info("going on as %s", token)
 
     def _session_lost_text(self, why: str) -> str:
         return (

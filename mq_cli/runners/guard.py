@@ -87,6 +87,8 @@ def serve(fd: int, drain: int, report: int) -> None:
                 (lease,) = RECORD.unpack_from(pending, whole - RECORD.size)
                 pending = pending[whole:]
             continue
+        if poller.poll(0):
+            continue  # a renewal (or a new batch's lease) came with the deadline: read it first
         if not math.isnan(lease) and time.monotonic() >= lease:
             _kill_handlers(drain)
             lease = math.nan
