@@ -5,8 +5,8 @@
 # (tests/faketime.sh), headless Chromium (tests/chromium.sh), then pytest.
 # Extra arguments go to pytest, e.g. `tests/run.sh -k drain -x`. Tests run in
 # MQ_TEST_WORKERS parallel processes (pytest-xdist, default 3; each test has
-# its own database, table, ports and lock dir); `tests/run.sh -n 0` runs them
-# in this process, one after another.
+# its own database, table, ports and lock dir), then the `serial` ones alone;
+# `tests/run.sh -n 0` runs them in this process, one after another.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,4 +18,13 @@ bash tests/postgres.sh
 bash tests/pgbouncer.sh
 bash tests/faketime.sh
 bash tests/chromium.sh
-exec .venv/bin/python -m pytest -n "${MQ_TEST_WORKERS:-3}" "$@"
+workers=${MQ_TEST_WORKERS:-3}
+if [ $# -gt 0 ]; then
+  exec .venv/bin/python -m pytest -n "$workers" "$@"
+fi
+# Everything in parallel but the few scenarios marked `serial`, which then run
+# alone: a failover's timing is what they test, and other workers' load is not.
+status=0
+.venv/bin/python -m pytest -n "$workers" -m "not serial" || status=$?
+.venv/bin/python -m pytest -m serial || status=$?
+exit "$status"

@@ -23,7 +23,9 @@ from tests.faults.history import Disruption
 from tests.faults.scenario import BATCH, Scenario
 from tests.servers import PrivatePostgres, PrivateStandby, kill_postmaster, pg_unavailable
 
-pytestmark = pytest.mark.slow
+# serial: the failover's timing is under test (the fence, the promotion's delay), not
+# how it fares beside other workers' scenarios on 2 cores.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 #: between the primary's death and the promotion: a failover manager notices the
 #: death first (Patroni's ttl: 30 s); more than liveness.FENCE, so a drain cut off
