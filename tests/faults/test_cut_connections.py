@@ -16,7 +16,8 @@ from tests.faults.harness import Loop, crontab
 from tests.faults.scenario import POISON, Scenario
 from tests.proxy import Proxy
 
-pytestmark = pytest.mark.slow
+# serial: a long scenario whose timing is under test; it runs alone (tests/run.sh).
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 SECONDS = 35
 WORK = {"sleep": 0.05, "fail": 0.1}

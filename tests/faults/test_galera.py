@@ -24,7 +24,8 @@ from tests.faults.scenario import BATCH, Scenario
 from tests.proxy import Proxy
 from tests.servers import GaleraCluster, unavailable
 
-pytestmark = pytest.mark.slow
+# serial: a long scenario whose timing is under test; it runs alone (tests/run.sh).
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 @pytest.fixture(scope="module")

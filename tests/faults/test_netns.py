@@ -18,7 +18,8 @@ from tests.faults.harness import Forwarder, crontab
 from tests.faults.history import Disruption, read
 from tests.faults.scenario import BATCH, STALLED_AFTER, Scenario
 
-pytestmark = pytest.mark.slow
+# serial: a long scenario whose timing is under test; it runs alone (tests/run.sh).
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 WORK = {"sleep": 0.1, "fail": 0.05}
 CUT_FOR = 11.0

@@ -18,7 +18,8 @@ from tests.faults.harness import DrainProc, chaos_monkey, crontab, wait_for
 from tests.faults.history import Disruption, read
 from tests.faults.scenario import BATCH, POISON, Scenario
 
-pytestmark = pytest.mark.slow
+# serial: a long scenario whose timing is under test; it runs alone (tests/run.sh).
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 # Enough work that drains still hold messages when the second (long) outage
 # comes, ~25 s in: 8 drains at ~0.15 s a message need ~35 s for 1,800.

@@ -13,7 +13,8 @@ import pytest
 from tests.faults.harness import chaos_monkey, crontab
 from tests.faults.scenario import BATCH, POISON, Scenario
 
-pytestmark = pytest.mark.slow
+# serial: a long scenario whose timing is under test; it runs alone (tests/run.sh).
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 SOAK_SECONDS = 45
 WORK = {"sleep": 0.05, "fail": 0.1}  # each run sleeps up to 50 ms and fails one time in ten

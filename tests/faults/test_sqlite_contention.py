@@ -16,7 +16,8 @@ from tests.conftest import Db
 from tests.faults.harness import crontab
 from tests.faults.scenario import Scenario
 
-pytestmark = pytest.mark.slow
+# serial: a long scenario whose timing is under test; it runs alone (tests/run.sh).
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 SECONDS = 25
 BATCH_LINES = 100
