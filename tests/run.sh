@@ -22,8 +22,9 @@ workers=${MQ_TEST_WORKERS:-3}
 if [ $# -gt 0 ]; then
   exec .venv/bin/python -m pytest -n "$workers" "$@"
 fi
-# Everything in parallel but the few scenarios marked `serial`, which then run
-# alone: a failover's timing is what they test, and other workers' load is not.
+# Everything in parallel but the long scenarios marked `serial` (server restarts,
+# failovers, Galera, cut connections), which then run one after another: their
+# timing is what they test, not how they fare beside each other on 2 cores.
 status=0
 .venv/bin/python -m pytest -n "$workers" -m "not serial" || status=$?
 .venv/bin/python -m pytest -m serial || status=$?

@@ -388,7 +388,12 @@ def test_handler_prints_never_reach_the_json_summary(db, tmp_path):
     handler prints; the end of its output goes to stderr."""
     payload = json.dumps({"size": 3_000_000})
     assert db.run("enqueue", "-q", "p", payload, payload).exit_code == 0
-    proc = db.spawn("drain", "-q", "p", "--handler", "tests.handlers:prints_a_lot", "--json")
+    # One message a batch: none is handed to the worker while the last one's output
+    # is still being read, so each message's tail is its own.
+    proc = db.spawn(
+        "drain", "-q", "p", "--handler", "tests.handlers:prints_a_lot", "--json",
+        "--batch-size", "1",
+    )  # fmt: skip
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     summary = json.loads(out)
