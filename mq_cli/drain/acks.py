@@ -84,6 +84,9 @@ class DrainAcks(DrainSession):
         for index, outcome in results:
             message = batch[index]
             if self.watchdog is not None and self.watchdog.fired:
+                if outcome.started:
+                    # It ran: it stays processing for gc, never given back as unstarted.
+                    self.held.discard(message.id)
                 raise SessionLost(self._session_lost_text("no proof of it"))
             self.runlog.outcome(message, outcome)
             if not outcome.started:
