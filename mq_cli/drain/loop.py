@@ -390,7 +390,9 @@ class Drain(DrainAcks):
                 self._heartbeat()
             elif fenced and time.monotonic() - self.last_proof >= liveness.PROBE_EVERY:
                 self._db(lambda b: b.probe())
-            return batch[index].id in self.held and not self._should_stop()
+            # Nothing more starts once the fence fired: the batch ends at its next result.
+            fenced_off = self.watchdog is not None and self.watchdog.fired
+            return batch[index].id in self.held and not self._should_stop() and not fenced_off
 
         def not_after() -> float:
             # The worker may start a message sent ahead only before this: if this
