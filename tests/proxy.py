@@ -8,7 +8,9 @@ import threading
 
 class Proxy:
     """Forwards 127.0.0.1:<port> to ``target``; ``cut()`` drops every open connection,
-    ``down()``/``up()`` refuse new ones as a stopped server would."""
+    ``down()``/``up()`` refuse new ones as a stopped server would; ``stall()``/``flow()``
+    hold every byte in both directions and let them go, as a server whose writes
+    stall (a cluster's view change) would."""
 
     def __init__(self, target: tuple[str, int]):
         self.target = target
@@ -22,6 +24,8 @@ class Proxy:
         self.lock = threading.Lock()
         self.closed = False
         self.cuts = 0
+        self.flowing = threading.Event()
+        self.flowing.set()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -46,6 +50,7 @@ class Proxy:
     def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while data := source.recv(65536):
+                self.flowing.wait()
                 sink.sendall(data)
         except OSError:
             pass
@@ -73,7 +78,14 @@ class Proxy:
     def up(self) -> None:
         self.accepting = True
 
+    def stall(self) -> None:
+        self.flowing.clear()
+
+    def flow(self) -> None:
+        self.flowing.set()
+
     def close(self) -> None:
+        self.flowing.set()
         self.closed = True
         self.listener.close()
         self.cut()

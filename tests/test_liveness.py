@@ -243,3 +243,61 @@ def test_list_and_show_tell_the_running_message_from_those_waiting_in_the_batch(
         assert (shown["activity"], shown["running_seconds"]) == ("waiting", None)
     finally:
         kill(drain)
+
+
+@pytest.mark.parametrize("db", ["postgres"], indirect=True)
+def test_a_heartbeat_only_drain_whose_writes_stalled_past_stalled_after_stops_with_exit_3(
+    db, tmp_path
+):
+    """A drain that heartbeats alone shows alive (here behind a transaction pooler;
+    on Galera alike) and whose writes stall past stalled_after (a cluster's view
+    change) is taken for dead by gc. When its writes go through again it finds
+    that out, says so and exits 3, so the run again elsewhere is explained; the
+    guard had ended its handler before gc could take the message."""
+    stalled_after = 2.0
+    (tmp_path / "mq.yaml").write_text(
+        "queues:\n  jobs: {handler: 'tests.jobs:alive', stalled_after: 2s, batch_size: 1}\n"
+    )
+    settings = parse_database_url(db.url)
+    proxy = Proxy((settings.host, settings.port))
+    proxied = (
+        f"postgresql://{settings.user or 'postgres'}@127.0.0.1:{proxy.port}/"
+        f"{settings.database}?pooler=transaction"
+    )
+    result = db.run("enqueue", "-q", "jobs", input=json.dumps({"k": "m0", "sleep": 60}))
+    assert result.exit_code == 0, result.output
+    holder = db.spawn(
+        "drain", "-q", "jobs",
+        env=db.env(MQ_TEST_LOG=str(tmp_path / LOG), MQ_DATABASE_URL=proxied),
+    )  # fmt: skip
+    try:
+        wait_for(lambda: any(r["event"] == "start" for r in runs(tmp_path)), 20, "the drain ran")
+        proxy.stall()
+        stalled = time.time()
+        # gc takes the message once its heartbeat is stalled_after old: the event is
+        # made to happen, not hoped for (a loaded machine only makes it later).
+        time.sleep(stalled_after)
+        deadline = time.monotonic() + 10 * stalled_after
+        while True:
+            requeued = db.run("gc", "--stalled", "--requeue")
+            assert requeued.exit_code == 0, requeued.output
+            if "requeued 1" in requeued.output:
+                break
+            assert time.monotonic() < deadline, requeued.output
+            time.sleep(0.2)
+        taken = time.time()
+        proxy.flow()
+        out, err = holder.communicate(timeout=60)
+    finally:
+        kill(holder)
+        proxy.close()
+    first = runs(tmp_path)
+    assert not any(r["event"] == "end" for r in first), "the handler ran on after gc took it"
+    assert max(r["at"] for r in first) < taken
+    assert max(r["at"] for r in first) - stalled < stalled_after
+    assert holder.returncode == 3, err
+    assert b"heartbeats could not be written" in err and b"Traceback" not in err
+    assert err.count(b"\n") <= 5, err
+    again = db.run("drain", "-q", "jobs", "--handler", "tests.jobs:noop")
+    assert again.exit_code == 0, again.output
+    assert db.sql("SELECT COUNT(*) FROM mq_messages") == [(0,)]

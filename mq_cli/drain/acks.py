@@ -44,6 +44,10 @@ class DrainAcks(DrainSession):
         # A heap of when (time.monotonic) the retries this drain recorded become ready.
         self.retries_due: list[float] = []
         self.runlog = runlog.RunLog(config, lambda: self.backend, lambda: self.owner, self.report)
+        # time.monotonic() when the claim or heartbeat that last covered the held
+        # messages was sent, and the queue's stalled_after: gc may take them after that.
+        self.beat_at = 0.0
+        self.stalled_after = 0.0
 
     def _settle_after_failure(
         self,
@@ -135,6 +139,7 @@ class DrainAcks(DrainSession):
                 "(requeued by an operator or gc?)",
                 queue.name, len(ids) - deleted,
             )  # fmt: skip
+            self._taken_while_stalled(self.beat_at)
 
     def _acknowledge(self, queue: QueueConfig, message: Message, outcome: handlers.Outcome) -> None:
         if outcome.ok:
@@ -217,4 +222,27 @@ class DrainAcks(DrainSession):
             # Cut off mid-acknowledgement, its lock free meanwhile: gc took what it
             # held, as _take_back finds for the messages still in hand. Stop alike.
             raise SessionLost(self._session_lost_text("gc took a message it held"))
+        if not ours:
+            self._taken_while_stalled(self.beat_at)
         return bool(ours)
+
+    def _taken_while_stalled(self, since: float) -> None:
+        """Found messages it held taken. A drain that heartbeats alone shows alive
+        (Galera, a transaction pooler) and that was not itself stopped could not get
+        its heartbeats written for stalled_after since ``since`` (a write stall, a
+        cluster's view change): gc took it for dead, and what it ran may run again
+        elsewhere. It stops and says so (exit 3), as a drain that lost its lock's
+        session does. A drain that was stopped (SIGSTOP, a frozen VM) goes on: the
+        guard ended what it ran, and nothing was wrong with the database."""
+        if self.live is not None or self.stalled_after <= 0:
+            return
+        gap = time.monotonic() - since
+        if gap <= self.stalled_after:
+            return
+        if self.watchdog is not None and self.watchdog.stopped_since(since):
+            return
+        raise SessionLost(
+            f"gc took messages this drain held: its heartbeats could not be written for "
+            f"{gap:.1f} s, longer than stalled_after ({format_duration(self.stalled_after)}) "
+            "(a stalled database or cluster?); what it ran may run again elsewhere"
+        )

@@ -68,7 +68,6 @@ class Drain(DrainAcks):
         self._lease_for = 0.0  # stalled_after / 2 of the queue being drained
         # The running handler's lease (guard.py) ends at the latest this long after
         # the claim or heartbeat that last covered it: before gc could take it.
-        self.beat_at = 0.0  # time.monotonic() when that claim or heartbeat was sent
         self._hold_for = 0.0
         self._file_lock: liveness.FileLock | None = None
         self._suspects: dict[str, float] = {}  # owner -> since when its lock is free
@@ -350,6 +349,7 @@ class Drain(DrainAcks):
 
         batch = self._db(claim)
         self._lease_for = queue.stalled_after / 2
+        self.stalled_after = queue.stalled_after
         self.lease_until = asked + self._lease_for
         self.beat_at = asked
         # A margin for the SIGKILL to land, and for two hosts' clocks to drift apart.
@@ -425,16 +425,18 @@ class Drain(DrainAcks):
             if self.watchdog is not None:
                 self.watchdog.disarm()
             self.guard.disarm()
-            if self.done:
-                self._acknowledge_group(queue)
-            if self.held:
-                held = sorted(self.held)
-                returned = self._db(lambda b: b.release(held, self.owner))
-                self.report.returned += returned
-                log.info(
-                    "queue %s: returned %d unstarted message(s) to ready", queue.name, returned
-                )
-                self.held = set()
+            try:
+                if self.done:
+                    self._acknowledge_group(queue)
+            finally:
+                if self.held:
+                    held = sorted(self.held)
+                    returned = self._db(lambda b: b.release(held, self.owner))
+                    self.report.returned += returned
+                    log.info(
+                        "queue %s: returned %d unstarted message(s) to ready", queue.name, returned
+                    )
+                    self.held = set()
 
     def _heartbeat(self) -> None:
         self._last_beat = asked = time.monotonic()
@@ -446,6 +448,7 @@ class Drain(DrainAcks):
             if refreshed < len(ids):
                 still = set(self._db(lambda b: b.owned(ids, self.owner), patience=2.0))
                 self.held &= still
+                self._taken_while_stalled(self.beat_at)
             self.lease_until = asked + self._lease_for
             self.beat_at = asked
             # Every stalled_after/3 at most: a clock step is seen by the drains

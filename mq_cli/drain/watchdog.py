@@ -34,6 +34,7 @@ class Watchdog:
         self.fence = fence
         self.keep = keep
         self.fired = False
+        self.woke_late_at = 0.0  # time.monotonic() when it last found itself stopped or starved
         # A plain flag, not an Event: the drain arms it per batch, and waking
         # this thread each time would cost a batch of one a GIL hand-over.
         self.armed = False
@@ -46,6 +47,10 @@ class Watchdog:
 
     def disarm(self) -> None:
         self.armed = False
+
+    def stopped_since(self, since: float) -> bool:
+        """Whether this process was stopped or starved (past STALE_WAKE) after ``since``."""
+        return self.woke_late_at >= since
 
     def close(self) -> None:
         self._quit.set()
@@ -60,7 +65,7 @@ class Watchdog:
                 # (SIGSTOP, a frozen VM) or starved, the main thread with it. Its
                 # session may well be alive: give it FENCE to show so. (The guard
                 # has stopped a handler that ran meanwhile: see guard.py.)
-                resumed = now
+                resumed = self.woke_late_at = now
             previous = now
             if not self.armed:
                 continue

@@ -125,15 +125,22 @@ def test_a_node_killed_mid_run_loses_nothing(cluster, galera_db, tmp_path):
     gave_up = [d for d in s.fleet.drains if d.host == "node3" and d.proc.returncode == 3]
     print(
         f"\nFIGURES galera node kill: {s.figures(analysis)} "
-        f"drains_on_killed_node={len(hit)} exit3={len(gave_up)}"
+        f"drains_on_killed_node={len(hit)} exit3={len(gave_up)} "
+        f"stalled_exit3={sum('heartbeats could not be written' in d.stderr() for d in s.fleet.drains)}"
     )
     assert not left, f"still not done after the final drains: {left}"
     assert s.gc_log.failures == []
     assert s.fleet.problems(allowed_codes=frozenset({0, 3})) == []
     exits_3 = [d for d in s.fleet.drains if d.proc.returncode == 3]
-    assert {d.host for d in exits_3} <= {"node3"}, "only drains of the killed node may give up"
+    # A healthy node's writes may stall through the view change past stalled_after:
+    # gc takes its drains' messages, and those drains say so and exit 3 (counted as
+    # disruptions by the checker). Any other exit 3 off the killed node is a bug.
+    stalled = [d for d in exits_3 if "heartbeats could not be written" in d.stderr()]
+    assert {d.host for d in exits_3 if d not in stalled} <= {"node3"}, (
+        "only drains of the killed node, or drains whose writes stalled, may give up"
+    )
     assert gave_up, "drains on the killed node should have met it gone"
-    for d in gave_up:
+    for d in exits_3:
         assert "mq: " in d.stderr() and "Traceback" not in d.stderr()
     assert analysis.violations == []  # nothing lost, no parallel runs
     assert analysis.duplicates <= len(exits_3) * BATCH + len(hit) * BATCH
