@@ -16,6 +16,8 @@ from tests.faults.history import read
 
 pytestmark = pytest.mark.slow
 
+STALLED_AFTER = 1.0
+
 
 def test_a_drain_that_wakes_up_does_not_run_what_it_lost(fault_mysql, tmp_path):
     db = fault_mysql
@@ -24,7 +26,7 @@ def test_a_drain_that_wakes_up_does_not_run_what_it_lost(fault_mysql, tmp_path):
     config.write_text(
         f"lock_dir: {tmp_path / 'locks'}\n"
         "queues:\n  jobs: {handler: 'tests.faults.jobs:slow', batch_size: 4, "
-        "stalled_after: 1s, concurrency: 2}\n"
+        f"stalled_after: {STALLED_AFTER:g}s, concurrency: 2}}\n"
     )
     for n in range(4):
         payload = json.dumps({"k": f"m{n}", "sleep": 0.5})
@@ -35,7 +37,9 @@ def test_a_drain_that_wakes_up_does_not_run_what_it_lost(fault_mysql, tmp_path):
     try:
         wait_for(lambda: any(r["msg"] == "m0" for r in read(history)), 20, every=0.02)
         first.send_signal(signal.SIGSTOP)
-        time.sleep(2.0)  # > stalled_after: everything it holds is stalled now
+        # Stopped, it heartbeats no more: past stalled_after (by the database's
+        # clock; the margin for a loaded machine) everything it holds is stalled.
+        time.sleep(2 * STALLED_AFTER)
         log = GcLog()
         harness.gc_stalled_requeue(env, tmp_path, log)
         assert log.failures == [] and sum(log.requeued.values()) == 4

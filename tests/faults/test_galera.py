@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from mq_cli.drain.session import RECONNECT_FOR
 from tests.conftest import Db, cannot_run_here
+from tests.faults import harness
 from tests.faults.harness import crontab
 from tests.faults.history import Disruption
 from tests.faults.scenario import BATCH, Scenario
@@ -26,6 +28,18 @@ from tests.servers import GaleraCluster, unavailable
 
 # serial: a long scenario whose timing is under test; it runs alone (tests/run.sh).
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
+
+GC_EVERY = 3.0
+# The killed node stays down until its drains gave up (RECONNECT_FOR) and gc
+# took what they held (two of its rounds), with a margin for a loaded machine.
+DOWN_FOR = RECONNECT_FOR + 2 * GC_EVERY + 4.0
+
+
+def held_on(s: Scenario, host: str) -> list[int]:
+    """Ids of the messages that live drains on ``host`` hold (owner: host:pid:...)."""
+    pids = {d.pid for d in s.fleet.alive(host=host)}
+    rows = s.sql("SELECT id, owner FROM mq_messages WHERE status = 'processing'")
+    return [i for i, owner in rows if owner and int(owner.split(":")[1]) in pids]
 
 
 @pytest.fixture(scope="module")
@@ -100,17 +114,17 @@ def test_a_node_killed_mid_run_loses_nothing(cluster, galera_db, tmp_path):
         max_alive=2,
     )
     victim = cluster.nodes[2]
-    gc = s.gc_loop(every=3.0)
+    gc = s.gc_loop(every=GC_EVERY)
     try:
         gc.start()
         cron.start()
-        time.sleep(8)
+        time.sleep(4)  # every node's drains at work
+        # The kill must hit drains holding messages on node 3: made to happen.
+        harness.wait_for(lambda: held_on(s, "node3"), 60, every=0.05)
         killed = time.time()
         victim.kill()  # SIGKILL to this node's own mariadbd, by pid
         hit = [d for d in s.fleet.alive(host="node3")]
-        # Longer than a drain keeps reconnecting (RECONNECT_FOR): the drains on
-        # the dead node give up, their messages go stalled and gc requeues them.
-        time.sleep(25)
+        time.sleep(DOWN_FOR)
         cluster.restart(victim)  # rejoins by IST, then Synced
         time.sleep(6)
         cron.stop()
@@ -139,6 +153,7 @@ def test_a_node_killed_mid_run_loses_nothing(cluster, galera_db, tmp_path):
     assert {d.host for d in exits_3 if d not in stalled} <= {"node3"}, (
         "only drains of the killed node, or drains whose writes stalled, may give up"
     )
+    assert hit, "drains on node 3 held messages when it was killed"
     assert gave_up, "drains on the killed node should have met it gone"
     for d in exits_3:
         assert "mq: " in d.stderr() and "Traceback" not in d.stderr()
