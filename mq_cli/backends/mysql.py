@@ -11,6 +11,7 @@ from typing import Any
 import pymysql
 import pymysql.cursors
 
+from mq_cli.backends.base import Caps
 from mq_cli.backends.claims import unlock_claims_for_tests
 from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
 from mq_cli.backends.liveness import lock_name
@@ -123,6 +124,8 @@ class ServerInfo:
 
 class MysqlBackend(SqlBackend):
     kind = dialect = "mysql"
+    #: a server's GET_LOCK holds a drain's liveness; the unique index is on unique_slot
+    caps = Caps(unique_slot=True)
     driver_errors = (pymysql.MySQLError, OSError)
     #: the run log's indexes are part of its CREATE TABLEs (MySQL has no CREATE INDEX IF NOT EXISTS)
     runlog_ddl = ("create_runs", "create_rollup")

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
 
+from mq_cli.backends.base import Caps
 from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
 from mq_cli.backends.sqlcore import SqlBackend, Tx
 from mq_cli.backends.sqlfiles import queries as dialect_queries
@@ -49,6 +50,8 @@ def ddl(table: str) -> list[str]:
 
 class SqliteBackend(SqlBackend):
     kind = dialect = "sqlite"
+    #: every drain of a file runs on its host; PRAGMA quick_check is cheap
+    caps = Caps(file_locks=True, integrity_check=True)
     mark = "?"
     driver_errors = (sqlite3.DatabaseError,)
     ddl_names = (

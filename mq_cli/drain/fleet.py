@@ -178,7 +178,7 @@ def in_use(backend: Backend, config: Config, queue: QueueConfig) -> int | None:
     limit = queue.max_drains
     if limit is None:
         return None
-    if backend.kind == "sqlite":
+    if backend.caps.file_locks:
         return sum(_file_held(os.path.join(slot_dir(config), f"{queue.name}.{n}.lock"))
                    for n in range(limit))  # fmt: skip
     held = 0
