@@ -76,6 +76,7 @@ def drain(config: Path, count: int, batch: int, processes: int) -> float:
 def mysql_reset(url: str) -> None:
     import pymysql
 
+    import mq_cli.backends  # noqa: F401 - registers the dialects whose URLs parse
     from mq_cli.core.dburl import parse_database_url
 
     s = parse_database_url(url)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from mq_cli.backends import open_backend
+from mq_cli.backends import dialects, open_backend
 from mq_cli.backends.base import Backend
 from mq_cli.core import payloads
 from mq_cli.core.config import (
@@ -119,14 +119,7 @@ class MQ:
 
     def ddl(self) -> list[str]:
         """The DDL `init` runs, without connecting to anything."""
-        kind = self.config.database.kind
-        if kind == "sqlite":
-            from mq_cli.backends.sqlite import ddl
-        elif kind == "postgres":
-            from mq_cli.backends.postgres import ddl  # type: ignore[assignment]
-        else:
-            from mq_cli.backends.mysql import ddl  # type: ignore[assignment]
-        return ddl(self.config.table)
+        return dialects.get(self.config.database.kind).ddl(self.config.table)
 
     # -- producing --------------------------------------------------------
 
@@ -428,20 +421,5 @@ def enqueue(
     validate_table_name(table)
     _check_options(priority, unique_key, delay)
     data = payloads.encode(payload, format)
-    module = type(connection).__module__
-    if module.startswith("sqlite3"):
-        from mq_cli.backends.sqlite import insert_in_transaction
-
-        return insert_in_transaction(connection, table, queue, data, delay, priority, unique_key)
-    if module.startswith("pymysql"):
-        from mq_cli.backends.mysql import insert_in_transaction
-
-        return insert_in_transaction(connection, table, queue, data, delay, priority, unique_key)
-    if module.startswith("psycopg"):
-        from mq_cli.backends.postgres import insert_in_transaction as insert_pg
-
-        return insert_pg(connection, table, queue, data, delay, priority, unique_key, notify)
-    raise ConfigError(
-        "enqueue(connection=...) takes a PyMySQL, psycopg or sqlite3 connection, "
-        f"not {type(connection).__name__}"
-    )
+    insert = dialects.for_connection(connection).insert_in_transaction
+    return insert(connection, table, queue, data, delay, priority, unique_key, notify)

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+import mq_cli.backends  # noqa: F401 - registers the dialects whose URLs tests parse
 from mq_cli.cli.main import cli
 from mq_cli.core.dburl import parse_database_url
 

@@ -83,3 +83,119 @@ def test_no_module_is_past_500_lines():
         if (count := len(path.read_text().splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+def test_a_fourth_dialect_is_one_module_and_one_sql_file(tmp_path, monkeypatch):
+    """ARCHITECTURE.md, "A fourth database": a dialect is one module and one .sql
+    file, found without an edit anywhere else. Here a copy of the SQLite dialect,
+    named "toy" with its own toy:// scheme, in a folder of its own: registered,
+    then `mq init`, `enqueue`, `drain`, `stats` and `check` run on it."""
+    import json
+    import sys
+
+    from click.testing import CliRunner
+
+    import mq_cli.backends
+    from mq_cli.backends import dialects, sqlfiles
+    from mq_cli.cli.main import cli
+    from mq_cli.core import dburl
+
+    folder = tmp_path / "more-dialects"
+    (folder / "sql").mkdir(parents=True)
+    (folder / "sql" / "toy.sql").write_text((PACKAGE / "backends/sql/sqlite.sql").read_text())
+    module = (PACKAGE / "backends/sqlite.py").read_text()
+    for old, new in [
+        ('"sqlite"', '"toy"'),
+        ('"sqlite://"', '"toy://"'),
+        ('f"sqlite:{', 'f"toy:{'),
+        ('connection_modules=("sqlite3",)', 'connection_modules=("toy_driver",)'),
+        ("zero_config=", "# zero_config="),  # SQLite stays the zero-config database
+    ]:
+        assert old in module, old
+        module = module.replace(old, new)
+    (folder / "toy.py").write_text(module)
+
+    monkeypatch.setattr(sqlfiles, "FOLDERS", [*sqlfiles.FOLDERS, str(folder)])
+    monkeypatch.setattr(mq_cli.backends, "__path__", list(mq_cli.backends.__path__))
+    monkeypatch.setattr(dialects, "_DIALECTS", dict(dialects._DIALECTS))
+    monkeypatch.setattr(dburl, "_FORMS", dict(dburl._FORMS))
+    monkeypatch.setattr(dburl, "_SCHEMES", dict(dburl._SCHEMES))
+    try:
+        dialects.discover()
+        assert dialects.get("toy").url.schemes == ("toy",)
+
+        url = f"toy:///{tmp_path}/toy.db"
+        log = tmp_path / "ran.jsonl"
+        env = {"MQ_CONFIG": None, "MQ_DATABASE_URL": url, "MQ_TEST_LOG": str(log)}
+
+        def mq(*args: str):
+            result = CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
+            assert result.exit_code == 0, result.output
+            return result.output
+
+        mq("init")
+        mq("enqueue", "-q", "jobs", '{"n": 1}', '{"n": 2}')
+        assert json.loads(mq("stats", "--json"))["jobs"]["ready"] == 2
+        mq("drain", "-q", "jobs", "--handler", "tests.jobs:record")
+        ran = [json.loads(line)["payload"]["n"] for line in log.read_text().splitlines()]
+        assert sorted(ran) == [1, 2]
+        assert json.loads(mq("stats", "--json")).get("jobs", {"ready": 0})["ready"] == 0
+        assert f"reachable: toy:{tmp_path}/toy.db" in mq("check")
+    finally:
+        sys.modules.pop("mq_cli.backends.toy", None)
+
+
+def _dialect_modules() -> set[str]:
+    """Each registered dialect's module, and the helpers only it imports (pg_url.py,
+    sqlite_wal.py, ...): the places that may name a dialect."""
+    from mq_cli.backends import dialects
+
+    graph = grimp.build_graph("mq_cli", exclude_type_checking_imports=False)
+    own = {d.backend.__module__ for d in dialects.all_dialects()}
+    helpers = {
+        helper
+        for module in own
+        for helper in graph.find_modules_directly_imported_by(module)
+        if graph.find_modules_that_directly_import(helper) <= own
+    }
+    return own | helpers
+
+
+def test_only_the_dialect_modules_test_a_dialects_name():
+    """Elsewhere a behaviour that differs reads a capability (backend.caps) or asks
+    the registry; a comparison with "sqlite", "postgres", "mysql://"... would mean
+    a fourth dialect had to edit that module too."""
+    import ast
+
+    from mq_cli.backends import dialects
+
+    names = {
+        word
+        for d in dialects.all_dialects()
+        for word in (d.name, *d.url.schemes, *d.url.mapping_kinds, *d.url.shown)
+    }
+    allowed = _dialect_modules()
+    assert "mq_cli.backends.pg_url" in allowed  # a helper of the PostgreSQL dialect
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = str(path.relative_to(PACKAGE))
+        module = ".".join(("mq_cli", *path.relative_to(PACKAGE).with_suffix("").parts))
+        if module in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") in (
+                "startswith", "endswith",
+            ):  # fmt: skip
+                operands = list(node.args)
+            else:
+                continue
+            literals = [
+                c.value
+                for operand in operands
+                for c in ast.walk(operand)
+                if isinstance(c, ast.Constant) and isinstance(c.value, str)
+            ]
+            found += [f"{where}:{node.lineno}: {v!r}" for v in literals if v.lower() in names]
+    assert found == []

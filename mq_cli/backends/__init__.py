@@ -1,9 +1,14 @@
-"""Storage backends: one small interface (``base.Backend``), one module per database."""
+"""Storage backends: one small interface (``base.Backend``), one module per database
+(found and registered by ``dialects``)."""
 
 from __future__ import annotations
 
+from mq_cli.backends import dialects
 from mq_cli.backends.base import Backend
+from mq_cli.backends.dialects import OpenOptions
 from mq_cli.core.dburl import DatabaseSettings
+
+dialects.discover()
 
 
 def open_backend(
@@ -28,35 +33,7 @@ def open_backend(
     connect to a PostgreSQL standby too (`mq check`, which says so); otherwise a
     read-only server is refused at once.
     """
-    backend = _open(settings, table, create, auto_init, reading, standby_ok)
+    options = OpenOptions(create, auto_init, reading, standby_ok)
+    backend = dialects.get(settings.kind).open(settings, table, options)
     backend.lock_dir = lock_dir
     return backend
-
-
-def _open(
-    settings: DatabaseSettings,
-    table: str,
-    create: bool | None,
-    auto_init: bool,
-    reading: bool,
-    standby_ok: bool,
-) -> Backend:
-    if settings.kind == "sqlite":
-        from mq_cli.backends.sqlite import SqliteBackend
-
-        return SqliteBackend(
-            settings,
-            table,
-            create=True if create is None else create,
-            auto_init=auto_init,
-            create_in_existing=not reading,
-        )
-    if settings.kind == "postgres":
-        from mq_cli.backends.postgres import PostgresBackend
-
-        return PostgresBackend(
-            settings, table, create=bool(create) and auto_init, standby_ok=standby_ok
-        )
-    from mq_cli.backends.mysql import MysqlBackend
-
-    return MysqlBackend(settings, table, create=bool(create) and auto_init)

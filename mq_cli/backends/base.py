@@ -26,6 +26,20 @@ class Shape:
     indexes: dict[str, bool]
 
 
+@dataclass(frozen=True)
+class Caps:
+    """What a dialect can do that others cannot: read where behaviour differs, so no
+    caller tests a dialect's name (River's driver interface has the same idea)."""
+
+    #: its drains all run on one host: a drain's liveness and its fleet slots are
+    #: flocks on files (lock_dir, beside the database), not session locks or rows
+    file_locks: bool = False
+    #: its own consistency check is cheap enough for `mq check` (integrity())
+    integrity_check: bool = False
+    #: the unique-key index lives on unique_slot (schema version 2's migration)
+    unique_slot: bool = False
+
+
 class Backend(ABC):
     """One open connection to a queue table, with every operation mq needs.
 
@@ -34,6 +48,7 @@ class Backend(ABC):
     """
 
     kind: str
+    caps: Caps = Caps()
     table: str
     #: the largest payload this database takes in one statement
     max_payload: int

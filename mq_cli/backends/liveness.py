@@ -40,6 +40,8 @@ class Backend(Protocol):
 
     kind: str
     lock_dir: str
+    #: base.Caps: file_locks tells a drain's liveness by flocks in lock_dir
+    caps: Any
 
     def live_lock_free(self, owner: str) -> bool: ...
 
@@ -153,7 +155,7 @@ def dead_owners(backend: Backend, lock_dir: str, owners: Iterable[str | None]) -
     dead = set()
     for owner in {o for o in owners if is_live_token(o)}:
         assert owner is not None
-        if backend.kind == "sqlite":
+        if backend.caps.file_locks:
             with _seize_file(lock_dir, owner, clear=False) as free:
                 if free:
                     dead.add(owner)
@@ -178,7 +180,7 @@ def mark_dead(backend: Backend, queue: str, suspects: dict[str, float] | None = 
     lock_dir = backend.lock_dir
     marked = 0
     owners = [o for o in backend.processing_owners(queue) if is_live_token(o)]
-    if backend.kind == "sqlite":
+    if backend.caps.file_locks:
         for owner in owners:
             with _seize_file(lock_dir, owner, clear=True) as dead:
                 if dead:

@@ -6,12 +6,12 @@ import logging
 import re
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pymysql
-import pymysql.cursors
-
+from mq_cli.backends import mysql_url
+from mq_cli.backends.base import Caps
 from mq_cli.backends.claims import unlock_claims_for_tests
+from mq_cli.backends.dialects import Dialect, LazyDriver, OpenOptions, register
 from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
 from mq_cli.backends.liveness import lock_name
 from mq_cli.backends.sqlcore import RETRIES, SqlBackend, Tx
@@ -30,6 +30,12 @@ from mq_cli.core.errors import (
 )
 
 log = logging.getLogger("mq")
+
+if TYPE_CHECKING:
+    import pymysql
+    import pymysql.cursors
+else:
+    pymysql = LazyDriver("pymysql", "pymysql.cursors")
 
 ER_ACCESS_DENIED = 1045
 ER_BAD_DB = 1049
@@ -123,7 +129,8 @@ class ServerInfo:
 
 class MysqlBackend(SqlBackend):
     kind = dialect = "mysql"
-    driver_errors = (pymysql.MySQLError, OSError)
+    #: a server's GET_LOCK holds a drain's liveness; the unique index is on unique_slot
+    caps = Caps(unique_slot=True)
     #: the run log's indexes are part of its CREATE TABLEs (MySQL has no CREATE INDEX IF NOT EXISTS)
     runlog_ddl = ("create_runs", "create_rollup")
     ddl_names = ("create_table", "create_meta", *runlog_ddl, *SqlBackend.limits_ddl)
@@ -137,6 +144,7 @@ class MysqlBackend(SqlBackend):
         self._sql = queries(table)
         unlock_claims_for_tests(self._sql, "claim_select", "claim_select_locking")
         self.retries = RETRIES
+        self.driver_errors = (pymysql.MySQLError, OSError)
         self.conn = self._connect()
         if create and self.schema_version() is None:
             self.init_schema()
@@ -418,6 +426,7 @@ def insert_in_transaction(
     delay: float,
     priority: int,
     unique_key: str | None,
+    notify: bool = True,
 ) -> int | None:
     """One message inside an application's PyMySQL transaction (never committed here)."""
     try:
@@ -444,3 +453,21 @@ def insert_in_transaction(
             raise SchemaMissing(f"the queue table {table!r} is missing: run `mq init`") from None
         raise DatabaseError(f"MySQL: {exc.args[-1] if exc.args else exc}") from exc
     return ids[0]
+
+
+def _open(settings: DatabaseSettings, table: str, options: OpenOptions) -> MysqlBackend:
+    # A server: `mq init` makes the schema, with a user allowed to create tables.
+    return MysqlBackend(settings, table, create=bool(options.create) and options.auto_init)
+
+
+register(
+    Dialect(
+        url=mysql_url.FORM,
+        backend=MysqlBackend,
+        open=_open,
+        ddl=ddl,
+        insert_in_transaction=insert_in_transaction,
+        connection_modules=("pymysql",),
+        driver="PyMySQL",
+    )
+)

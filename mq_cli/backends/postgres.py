@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mq_cli.backends import pg_topology as topology
+from mq_cli.backends import pg_url
 from mq_cli.backends.claims import RACE_TRIES, lost_race, unlock_claims_for_tests
+from mq_cli.backends.dialects import Dialect, LazyDriver, OpenOptions, driver_installed, register
 from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
 from mq_cli.backends.liveness import lock_key
 from mq_cli.backends.pg_horizon import horizon
@@ -28,16 +30,12 @@ from mq_cli.core.errors import (
 
 log = logging.getLogger("mq")
 
-try:
+if TYPE_CHECKING:
     import psycopg
     import psycopg.rows
-except ImportError:  # pragma: no cover - the extra is not installed
-    psycopg = None  # type: ignore[assignment]
+else:
+    psycopg = LazyDriver("psycopg", "psycopg.rows")
 
-MISSING = (
-    "a postgresql:// database needs psycopg 3, which is not installed: "
-    "pip install 'mq-cli[postgres]'"
-)
 #: identifiers are at most 63 bytes: room for the longest name mq derives, `<table>_unique`
 MAX_TABLE = 63 - len("_unique")
 #: the oldest server mq runs on (WITH ... AS MATERIALIZED)
@@ -84,8 +82,8 @@ def ddl(table: str) -> list[str]:
 
 
 def require_driver() -> None:
-    if psycopg is None:
-        raise ConfigError(MISSING)
+    if not driver_installed(psycopg):
+        raise ConfigError(pg_url.MISSING)
 
 
 def _sqlstate(exc: BaseException) -> str | None:
@@ -485,3 +483,15 @@ def insert_in_transaction(
             raise SchemaMissing(f"the queue table {table!r} is missing: run `mq init`") from None
         raise DatabaseError(f"PostgreSQL: {_text(exc)}") from exc
     return ids[0]
+
+
+def _open(settings: DatabaseSettings, table: str, options: OpenOptions) -> PostgresBackend:
+    # A server: `mq init` makes the schema, with a user allowed to create tables.
+    create = bool(options.create) and options.auto_init
+    return PostgresBackend(settings, table, create=create, standby_ok=options.standby_ok)
+
+
+register(Dialect(
+    url=pg_url.FORM, backend=PostgresBackend, open=_open, ddl=ddl,
+    insert_in_transaction=insert_in_transaction, connection_modules=("psycopg",), driver="psycopg",
+))  # fmt: skip

@@ -115,7 +115,7 @@ def verify(backend: Backend) -> None:
 def _step_0(backend: Backend) -> list[str]:
     """0 -> 1: the version starts being recorded; MySQL keys become bytes."""
     done = ["recorded the schema version"]
-    if backend.kind == "mysql" and backend.unique_key_is_text():
+    if backend.unique_key_is_text():
         backend.run_schema("migrate_0_unique_key_bytes")
         done.append("unique_key stored as bytes (VARBINARY), as schema version 1 does")
     return done
@@ -123,7 +123,7 @@ def _step_0(backend: Backend) -> list[str]:
 
 def _step_1(backend: Backend) -> list[str]:
     """1 -> 2: MySQL's unique index moves to unique_slot (NULL without a key)."""
-    if backend.kind != "mysql":
+    if not backend.caps.unique_slot:
         return [f"nothing to change on {backend.kind}"]
     shape = backend.table_shape()
     done = []

@@ -9,12 +9,14 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
 
+from mq_cli.backends.base import Caps
+from mq_cli.backends.dialects import Dialect, OpenOptions, register
 from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
 from mq_cli.backends.sqlcore import SqlBackend, Tx
 from mq_cli.backends.sqlfiles import queries as dialect_queries
 from mq_cli.backends.sqlite_wal import WalGuard
-from mq_cli.core.dburl import DatabaseSettings
-from mq_cli.core.errors import DatabaseError, MqError, SchemaMissing
+from mq_cli.core.dburl import DatabaseSettings, UrlForm, redact_url
+from mq_cli.core.errors import ConfigError, DatabaseError, MqError, SchemaMissing
 from mq_cli.core.version import SCHEMA_VERSION
 
 # Two writer processes on one file are served unfairly (FIELD-NOTES, trap 5): a
@@ -49,6 +51,8 @@ def ddl(table: str) -> list[str]:
 
 class SqliteBackend(SqlBackend):
     kind = dialect = "sqlite"
+    #: every drain of a file runs on its host; PRAGMA quick_check is cheap
+    caps = Caps(file_locks=True, integrity_check=True)
     mark = "?"
     driver_errors = (sqlite3.DatabaseError,)
     ddl_names = (
@@ -237,6 +241,7 @@ def insert_in_transaction(
     delay: float,
     priority: int,
     unique_key: str | None,
+    notify: bool = True,
 ) -> int | None:
     """One message inside an application's sqlite3 transaction (never committed here)."""
     try:
@@ -249,3 +254,56 @@ def insert_in_transaction(
         if "no such table" in str(exc):
             raise SchemaMissing(f"the queue table {table!r} is missing: run `mq init`") from None
         raise DatabaseError(f"SQLite: {exc}") from exc
+
+
+def parse_url(url: str, parts: Any, query: dict[str, str]) -> DatabaseSettings:
+    """sqlite:///rel.db -> "rel.db"; sqlite:////abs.db -> "/abs.db" (SQLAlchemy's rule)."""
+    from urllib.parse import unquote
+
+    path = url.split(":///", 1)[1] if ":///" in url else ""
+    path = path.split("?", 1)[0]
+    if not path:
+        raise ConfigError(
+            f"bad database URL {redact_url(url)!r}: give a file, e.g. sqlite:////var/lib/mq/mq.db "
+            "(absolute) or sqlite:///mq.db (relative)"
+        )
+    return DatabaseSettings(kind="sqlite", path=unquote(path))
+
+
+def default_path() -> str:
+    data_home = os.environ.get("XDG_DATA_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "share"
+    )
+    return os.path.join(data_home, "mq", "mq.db")
+
+
+def _open(settings: DatabaseSettings, table: str, options: OpenOptions) -> SqliteBackend:
+    # The embedded default must work with zero setup: the schema is made unless told not.
+    return SqliteBackend(
+        settings,
+        table,
+        create=True if options.create is None else options.create,
+        auto_init=options.auto_init,
+        create_in_existing=not options.reading,
+    )
+
+
+register(
+    Dialect(
+        url=UrlForm(
+            kind="sqlite",
+            schemes=("sqlite",),
+            shown=("sqlite://",),
+            parse=parse_url,
+            describe=lambda settings: f"sqlite:{settings.path}",
+            file=True,
+            zero_config=lambda: DatabaseSettings(kind="sqlite", path=default_path()),
+        ),
+        backend=SqliteBackend,
+        open=_open,
+        ddl=ddl,
+        insert_in_transaction=insert_in_transaction,
+        connection_modules=("sqlite3",),
+        driver="sqlite3",
+    )
+)

@@ -67,7 +67,7 @@ class State:
     @property
     def mq(self) -> Any:
         if self._mq is None:
-            from mq_cli.api import MQ
+            from mq_cli.api import MQ  # imports the backends: their dialects' URLs parse
             from mq_cli.core.config import load_config
 
             config = load_config(self.config_path, self.database_url)

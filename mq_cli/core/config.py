@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     import yaml
 
 
-from mq_cli.core.dburl import DatabaseSettings, default_sqlite_path, parse_database_url
+from mq_cli.core import dburl
+from mq_cli.core.dburl import DatabaseSettings, parse_database_url
 from mq_cli.core.durations import parse_duration
 from mq_cli.core.errors import ConfigError
 from mq_cli.core.keys import (
@@ -64,13 +65,11 @@ DATABASE_KEYS = (
     "url", "kind", "host", "port", "user", "database", "unix_socket",
     "password", "password_file", "password_env", "ssl", "sslmode", "connect_timeout", "pooler",
 )  # fmt: skip
-#: the mapping's ``kind`` (without a url): which server it describes
-DATABASE_KINDS = {
-    "mysql": "mysql",
-    "mariadb": "mysql",
-    "postgresql": "postgres",
-    "postgres": "postgres",
-}
+
+
+def database_kinds() -> dict[str, str]:
+    """The mapping's ``kind`` (without a url) -> the dialect it means (each registers its own)."""
+    return {name: f.kind for f in dburl.forms() for name in f.mapping_kinds}
 
 
 @dataclass(frozen=True)
@@ -274,30 +273,27 @@ def _database_settings(raw: Any, doc: _Located) -> DatabaseSettings:
         if "kind" in raw:
             raise doc.error((*path, "kind"), "give either url or kind (the url's scheme says it)")
     else:
-        kind = raw.get("kind", "mysql")
-        if kind not in DATABASE_KINDS:
-            raise doc.error((*path, "kind"), f"expected one of {', '.join(DATABASE_KINDS)}")
+        kinds = database_kinds()
+        default = next((f.mapping_kinds[0] for f in dburl.forms() if f.mapping_default), "")
+        kind = raw.get("kind", default)
+        if kind not in kinds:
+            raise doc.error((*path, "kind"), f"expected one of {', '.join(kinds)}")
         if not raw.get("database"):
             raise doc.error((*path, "database"), "missing: name the database")
-        kind = DATABASE_KINDS[kind]
-        settings = DatabaseSettings(kind=kind, port=5432 if kind == "postgres" else 3306)
+        url_form = dburl.form(kinds[kind])
+        settings = DatabaseSettings(kind=url_form.kind, port=url_form.default_port)
     changes: dict[str, Any] = {}
-    if "sslmode" in raw:
-        from mq_cli.core.dburl import SSLMODES
-
-        if settings.kind != "postgres":
-            raise doc.error((*path, "sslmode"), "only for PostgreSQL (MySQL: ssl)")
-        if raw["sslmode"] not in SSLMODES:
-            raise doc.error((*path, "sslmode"), f"expected one of {', '.join(SSLMODES)}")
-        changes["sslmode"] = raw["sslmode"]
-    if "pooler" in raw:
-        from mq_cli.core.dburl import POOLERS
-
-        if settings.kind != "postgres":
-            raise doc.error((*path, "pooler"), "only for PostgreSQL (README: Poolers)")
-        if raw["pooler"] not in POOLERS:
-            raise doc.error((*path, "pooler"), f"expected one of {', '.join(POOLERS)}")
-        changes["pooler"] = raw["pooler"]
+    # Keys that one dialect's mapping alone takes (PostgreSQL's sslmode, pooler).
+    only = {key: f for f in dburl.forms() for key in f.mapping_only}
+    for key, owner in only.items():
+        if key not in raw:
+            continue
+        values, elsewhere = owner.mapping_only[key]
+        if settings.kind != owner.kind:
+            raise doc.error((*path, key), elsewhere)
+        if raw[key] not in values:
+            raise doc.error((*path, key), f"expected one of {', '.join(values)}")
+        changes[key] = raw[key]
     for key in ("host", "user", "database", "unix_socket"):
         if key in raw:
             if not isinstance(raw[key], str):
@@ -401,7 +397,7 @@ def load_config(config_path: str | None = None, database_url: str | None = None)
     elif data.get("database") is not None:
         database = _database_settings(data["database"], doc)
     else:
-        database = DatabaseSettings(kind="sqlite", path=default_sqlite_path())
+        database = next(f.zero_config for f in dburl.forms() if f.zero_config)()
 
     table = data.get("table", "mq_messages")
     validate_table_name(table, doc.where(("table",)))

@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from mq_cli.backends import dialects
 from mq_cli.core.errors import MqError
 from mq_cli.drain import slots
 
@@ -84,7 +85,7 @@ class Fleet:
         limit = queue.max_drains
         if limit is None:
             return True
-        if self.config.database.kind == "sqlite":
+        if dialects.get(self.config.database.kind).caps.file_locks:
             self._file = slots.acquire(slot_dir(self.config), queue.name, limit)
             got = self._file is not None
             self.kind, self.number = "file", self._file.number if self._file else -1
@@ -178,7 +179,7 @@ def in_use(backend: Backend, config: Config, queue: QueueConfig) -> int | None:
     limit = queue.max_drains
     if limit is None:
         return None
-    if backend.kind == "sqlite":
+    if backend.caps.file_locks:
         return sum(_file_held(os.path.join(slot_dir(config), f"{queue.name}.{n}.lock"))
                    for n in range(limit))  # fmt: skip
     held = 0

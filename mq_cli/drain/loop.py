@@ -162,7 +162,7 @@ class Drain(DrainAcks):
         """Hold a lock named after this drain's owner token for as long as it runs, and
         mark the token so gc knows to look at it (liveness.py); start the watchdog."""
         token = self.owner + liveness.LIVE_MARK
-        if self.backend.kind == "sqlite":
+        if self.backend.caps.file_locks:
             try:
                 self._file_lock = liveness.FileLock(self.config.lock_dir, token)
                 self.owner, self.live = token, "file"

@@ -38,7 +38,7 @@ def record(config: Config, open_backend: Callable[[], Backend], queue: str, erro
     """Note that no drain of ``queue`` could start; quietly nothing when the database
     cannot be reached or holds no mq schema (nothing is created for it)."""
     path = config.database.path
-    if config.database.kind == "sqlite" and not (path and os.path.exists(path)):
+    if path is not None and not os.path.exists(path):  # a file database not made yet
         return
     try:
         backend = open_backend()

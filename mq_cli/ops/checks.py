@@ -93,7 +93,7 @@ def _liveness(backend: Backend) -> Check:
     from mq_cli.backends.liveness import LIVE_MARK
     from mq_cli.drain.session import owner_token
 
-    if backend.kind == "sqlite":
+    if backend.caps.file_locks:
         return Check(
             "dead drains", True, f"seen at once: each drain holds a lock file in {backend.lock_dir}"
         )
@@ -212,7 +212,7 @@ def _writable(backend: Backend) -> list[Check]:
         results.append(Check("writable", False, f"a write was refused: {exc}"))
     else:
         results.append(Check("writable", True, "a test insert succeeded (rolled back)"))
-    if backend.kind == "sqlite":
+    if backend.caps.integrity_check:
         try:
             found = backend.integrity()
         except MqError as exc:
@@ -253,7 +253,7 @@ def _limits(backend: Backend, config: Config, session: bool) -> list[Check]:
             ]
         return []
     results = []
-    if backend.kind == "sqlite":
+    if backend.caps.file_locks:
         how = "lock files beside the database: a killed drain's slot is free at once"
     elif not session:
         how = "heartbeat rows: a killed drain's slot is free after the queue's stalled_after"

@@ -1,0 +1,142 @@
+"""The registry of SQL dialects.
+
+A dialect is one module here, ``mq_cli/backends/<name>.py``, beside its
+statements in ``sql/<name>.sql``. Importing ``mq_cli.backends`` imports every
+module that has such a file (:func:`discover`); each ends by calling
+:func:`register` with its :class:`Dialect`: its URL form (schemes, parse,
+describe: ``core.dburl.UrlForm``), how to open it, its DDL, its insert inside an
+application's transaction, and the DB-API modules whose connections that
+insert takes. What differs in behaviour is a capability of its Backend class
+(``base.Caps``), never a test of its name elsewhere.
+
+A dialect module imports its driver at first use (:class:`LazyDriver`), so
+finding every dialect costs no driver's import.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from mq_cli.backends import sqlfiles
+from mq_cli.backends.base import Backend, Caps
+from mq_cli.core import dburl
+from mq_cli.core.dburl import DatabaseSettings, UrlForm
+from mq_cli.core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class OpenOptions:
+    """How open_backend was asked to open (see its docstring)."""
+
+    create: bool | None
+    auto_init: bool
+    reading: bool
+    standby_ok: bool
+
+
+@dataclass(frozen=True)
+class Dialect:
+    url: UrlForm
+    backend: type[Backend]
+    open: Callable[[DatabaseSettings, str, OpenOptions], Backend]
+    #: table -> the statements `mq init` runs
+    ddl: Callable[[str], list[str]]
+    #: (connection, table, queue, payload, delay, priority, unique_key, notify) -> id or None
+    insert_in_transaction: Callable[..., int | None]
+    #: enqueue(connection=...): the modules whose connections it takes (by prefix)
+    connection_modules: tuple[str, ...]
+    #: how enqueue(connection=...)'s error names that driver
+    driver: str
+
+    @property
+    def name(self) -> str:
+        return self.url.kind
+
+    @property
+    def caps(self) -> Caps:
+        return self.backend.caps
+
+
+_DIALECTS: dict[str, Dialect] = {}
+
+
+def register(dialect: Dialect) -> None:
+    """Make ``dialect`` known (its module calls this when imported)."""
+    _DIALECTS[dialect.name] = dialect
+    dburl.register(dialect.url)
+
+
+def discover() -> None:
+    """Import every dialect module: each ``<name>.py`` with a ``sql/<name>.sql`` in a
+    folder of ``sqlfiles.FOLDERS`` (this package's own, unless a test adds one)."""
+    package = sys.modules[__package__ or ""]  # mq_cli.backends, being imported
+    for folder in sqlfiles.FOLDERS:
+        if folder not in package.__path__:
+            package.__path__.append(folder)
+        sql = os.path.join(folder, "sql")
+        names = os.listdir(sql) if os.path.isdir(sql) else []
+        for name in sorted(n[: -len(".sql")] for n in names if n.endswith(".sql")):
+            if os.path.exists(os.path.join(folder, f"{name}.py")):
+                importlib.import_module(f"mq_cli.backends.{name}")
+
+
+def get(kind: str) -> Dialect:
+    """The dialect named ``kind`` (a DatabaseSettings.kind)."""
+    try:
+        return _DIALECTS[kind]
+    except KeyError:
+        raise ConfigError(f"unknown database kind {kind!r}") from None
+
+
+def all_dialects() -> list[Dialect]:
+    """Every registered dialect, by name."""
+    return [_DIALECTS[name] for name in sorted(_DIALECTS)]
+
+
+def for_connection(connection: Any) -> Dialect:
+    """The dialect whose driver made ``connection`` (enqueue(connection=...))."""
+    module = type(connection).__module__
+    for dialect in all_dialects():
+        if module.startswith(dialect.connection_modules):
+            return dialect
+    drivers = [d.driver for d in all_dialects()]
+    raise ConfigError(
+        f"enqueue(connection=...) takes a {', '.join(drivers[:-1])} or {drivers[-1]} "
+        f"connection, not {type(connection).__name__}"
+    )
+
+
+class LazyDriver:
+    """A driver module imported at its first attribute: ``psycopg = LazyDriver("psycopg",
+    "psycopg.rows")`` reads as the module wherever it is used."""
+
+    def __init__(self, name: str, *submodules: str):
+        self._names = (name, *submodules)
+        self._module: ModuleType | None = None
+
+    def load(self) -> ModuleType:
+        if self._module is None:
+            modules = [importlib.import_module(name) for name in self._names]
+            self._module = modules[0]
+        return self._module
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return getattr(self.load(), attr)
+
+
+def driver_installed(driver: Any) -> bool:
+    """Whether a driver (a module or a LazyDriver) can be imported."""
+    if isinstance(driver, LazyDriver):
+        try:
+            driver.load()
+        except ImportError:
+            return False
+    return driver is not None
