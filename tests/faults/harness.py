@@ -447,11 +447,14 @@ class Forwarder:
                 sink.sendall(data)
         except OSError:
             pass
+        # Both ends go with either direction; closed here, not left to the garbage
+        # collector (a ResourceWarning, which the suite treats as an error).
         for s in (source, sink):
             try:
                 s.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+            s.close()
 
     def close(self) -> None:
         self.closed = True
