@@ -11,6 +11,8 @@ from typing import Any
 import pymysql
 import pymysql.cursors
 
+from mq_cli.backends import bloat
+from mq_cli.backends.base import Found
 from mq_cli.backends.claims import unlock_claims_for_tests
 from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
 from mq_cli.backends.liveness import lock_name
@@ -338,6 +340,25 @@ class MysqlBackend(SqlBackend):
             f"{state}, component {primary}; drains may use any node, conflicts between "
             "nodes are retried (README: Galera)"
         )
+
+    def health(self) -> list[Found]:
+        rows = self._rows(self._sql["table_space"], (self.table,))
+        found: list[Found] = []
+        if rows:
+            used, free = (int(x or 0) for x in rows[0])
+            found.append(bloat.mysql_free_space(self.table, used, free, self.server.galera))
+        if not self.server.mariadb:
+            return found  # MySQL names the view INNODB_TABLESTATS, without the counter's age
+        try:
+            stats = self._rows(self._sql["table_statistics"], (self.table, self.table))
+        except MqError as exc:
+            found.append(("statistics", True, f"not checked: {exc}", True))
+            return found
+        if stats:
+            changes, counted, since = stats[0]
+            since = None if since is None else float(since)
+            found.append(bloat.mysql_statistics(self.table, int(counted), int(changes), since))
+        return found
 
     def _claim_select(self) -> str:
         skip_locked = self.server.skip_locked and not self.force_locking_claim
