@@ -66,13 +66,17 @@ def pg_dead_rows(table: str, live: int, dead: int, since_vacuum: float | None) -
     failed = dead > max(DEAD_ROWS, live) and stale
     if not failed and not (dead > max(DEAD_ROWS, 2 * live) and late):
         return ("dead rows", True, f"{dead} dead, {live} live row versions", False)
-    why = "check that autovacuum runs on it" if failed else "autovacuum is behind"
+    todo = (
+        f"run VACUUM (ANALYZE) {table} and check that autovacuum runs on it"
+        if failed
+        else f"autovacuum is behind; run VACUUM (ANALYZE) {table}"
+    )
     return (
         "dead rows", not failed,
         f"table {table} holds {dead} dead row versions for {live} live ones, last vacuumed "
-        f"{_ago(since_vacuum)}: claims walk past them; run VACUUM (ANALYZE) {table} and "
-        f"{why}; if they stay, something holds the vacuum horizon (the transactions, "
-        "prepared transactions and replication slots lines say what)",
+        f"{_ago(since_vacuum)}: claims walk past them; {todo}; if they stay, something "
+        "holds the vacuum horizon (the transactions, prepared transactions and replication "
+        "slots lines say what)",
         not failed,
     )  # fmt: skip
 
