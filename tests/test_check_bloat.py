@@ -91,7 +91,7 @@ def test_mariadb_free_space_and_stale_statistics(mysql_db, monkeypatch):
     mysql_db.sql("DELETE FROM mq_messages WHERE id > 100")  # the head stays: pages empty whole
     monkeypatch.setattr(bloat, "FREE_BYTES", 8 * 2**20)
     monkeypatch.setattr(bloat, "STALE_CHANGES", 100)
-    monkeypatch.setattr(bloat, "VACUUM_AGE", 0.0)
+    monkeypatch.setattr(bloat, "ANALYZE_AGE", 0.0)
     space = "SELECT data_free FROM information_schema.TABLES WHERE table_name = 'mq_messages' AND table_schema = DATABASE()"
     wait_for(lambda: mysql_db.sql(space)[0][0] > 16 * 2**20)  # InnoDB's purge frees the pages
 

@@ -6,7 +6,7 @@ until VACUUM removes it; on InnoDB and SQLite free space in the file, which the
 database reuses but never gives back by itself. And a table that changed many
 times over since its statistics were taken is planned from figures that no
 longer hold. Each dialect reads its own figures (statements in
-sql/<dialect>.sql); the judgement and the command that fixes each is here, so
+sql/<dialect>.sql); the judgement and the command that fixes each are here, so
 the thresholds of the three sit side by side.
 
 A line is a warning (shown as `warn`, exit 0) when the fix is routine
@@ -28,9 +28,11 @@ VACUUM_AGE = 3600.0
 #: missed is no longer a busy table between two runs
 VACUUM_WARN_AGE = 600.0
 #: changes since the statistics were taken: above this and twice the live rows, with
-#: no ANALYZE for VACUUM_AGE, the planner's row counts are off by more than 3x
-#: (autoanalyze normally runs after 10 % of the rows changed)
+#: no ANALYZE for ANALYZE_AGE, the table has turned over twice since the planner last
+#: counted it, and what should have analyzed it (autoanalyze, InnoDB's auto recalc:
+#: both after 10 % of the rows changed) has not for an hour
 STALE_CHANGES = 10_000
+ANALYZE_AGE = 3600.0
 #: free space in the file below this is never worth a rebuild (InnoDB alone keeps a
 #: few MB of extents ahead of a growing table); above it, a file more than half free
 #: warns (InnoDB counts the free pages inside the table's own extents as used: after
@@ -83,7 +85,7 @@ def pg_dead_rows(table: str, live: int, dead: int, since_vacuum: float | None) -
 
 def pg_statistics(table: str, live: int, changes: int, since_analyze: float | None) -> Found:
     """Rows changed since the last ANALYZE (``since_analyze`` seconds ago, None: never)."""
-    stale = since_analyze is None or since_analyze > VACUUM_AGE
+    stale = since_analyze is None or since_analyze > ANALYZE_AGE
     if changes > max(STALE_CHANGES, 2 * live) and stale:
         return (
             "statistics", True,
@@ -113,7 +115,7 @@ def mysql_free_space(table: str, used: int, free: int, galera: bool = False) -> 
 def mysql_statistics(table: str, rows: int, changes: int, since_analyze: float | None) -> Found:
     """Rows changed since InnoDB last took the table's statistics (MODIFIED_COUNTER)."""
     if changes > max(STALE_CHANGES, 2 * rows) and (
-        since_analyze is None or since_analyze > VACUUM_AGE
+        since_analyze is None or since_analyze > ANALYZE_AGE
     ):
         return (
             "statistics", True,
