@@ -63,7 +63,8 @@ def test_postgres_dead_rows_and_a_stale_plan(pg_db, monkeypatch):
     assert result.exit_code == 0, result.output  # warnings, not failures
     dead = line(result.stdout, "dead rows")
     assert re.match(
-        r"warn\s+dead rows\s+table mq_messages holds \d+ dead row versions for 300 live", dead
+        r"warn\s+dead rows\s+table mq_messages \(\d+ KB with indexes\) holds \d+ dead row versions for 300 live",
+        dead,
     )
     assert "autovacuum is behind; run VACUUM (ANALYZE) mq_messages;" in dead
     assert "something holds the vacuum horizon" in dead

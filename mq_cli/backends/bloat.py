@@ -61,13 +61,21 @@ def _mb(size: float) -> str:
     return f"{size / 2**30:.1f} GB"
 
 
-def pg_dead_rows(table: str, live: int, dead: int, since_vacuum: float | None) -> Found:
-    """Dead row versions against live ones, and the last VACUUM (seconds, None: never)."""
+def pg_dead_rows(
+    table: str, live: int, dead: int, since_vacuum: float | None, size: int = 0
+) -> Found:
+    """Dead row versions against live ones, the last VACUUM (seconds, None: never), and
+    the table's size with its indexes, shown (it shrinks only by VACUUM FULL, which
+    locks the table: not worth naming for space that fills again)."""
+    live, dead = int(live), int(dead)
     stale = since_vacuum is None or since_vacuum > VACUUM_AGE
     late = since_vacuum is None or since_vacuum > VACUUM_WARN_AGE
     failed = dead > max(DEAD_ROWS, live) and stale
     if not failed and not (dead > max(DEAD_ROWS, 2 * live) and late):
-        return ("dead rows", True, f"{dead} dead, {live} live row versions", False)
+        return (
+            "dead rows", True,
+            f"{dead} dead, {live} live row versions, {_mb(size)} with indexes", False,
+        )  # fmt: skip
     todo = (
         f"run VACUUM (ANALYZE) {table} and check that autovacuum runs on it"
         if failed
@@ -75,7 +83,8 @@ def pg_dead_rows(table: str, live: int, dead: int, since_vacuum: float | None) -
     )
     return (
         "dead rows", not failed,
-        f"table {table} holds {dead} dead row versions for {live} live ones, last vacuumed "
+        f"table {table} ({_mb(size)} with indexes) holds {dead} dead row versions for "
+        f"{live} live ones, last vacuumed "
         f"{_ago(since_vacuum)}: claims walk past them; {todo}; if they stay, something "
         "holds the vacuum horizon (the transactions, prepared transactions and replication "
         "slots lines say what)",

@@ -334,10 +334,8 @@ class PostgresBackend(SqlBackend):
         )
         rows = self._rows(self._sql["dead_rows"], (f'"{self.table}"',))
         if rows:
-            live, dead, since_vacuum, changes, since_analyze = rows[0]
-            found.append(
-                bloat.pg_dead_rows(self.table, int(live), int(dead), _seconds(since_vacuum))
-            )
+            live, dead, since_vacuum, changes, since_analyze, size = rows[0]
+            found.append(bloat.pg_dead_rows(self.table, live, dead, _seconds(since_vacuum), size))
             found.append(
                 bloat.pg_statistics(self.table, int(live), int(changes), _seconds(since_analyze))
             )

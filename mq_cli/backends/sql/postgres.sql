@@ -417,11 +417,13 @@ ORDER BY GREATEST(age(xmin), age(catalog_xmin)) DESC
 -- name: dead_rows
 -- `mq check` (backends/bloat.py): dead row versions (acked messages) VACUUM has
 -- not removed yet and how long ago it last ran on the table; rows changed since
--- the last ANALYZE and how long ago that ran (NULL: never).
+-- the last ANALYZE and how long ago that ran (NULL: never); the table's size with
+-- its indexes and TOAST, shown alongside.
 SELECT n_live_tup, n_dead_tup,
        EXTRACT(EPOCH FROM now() - GREATEST(last_autovacuum, last_vacuum)),
        n_mod_since_analyze,
-       EXTRACT(EPOCH FROM now() - GREATEST(last_autoanalyze, last_analyze))
+       EXTRACT(EPOCH FROM now() - GREATEST(last_autoanalyze, last_analyze)),
+       pg_total_relation_size(relid)
 FROM pg_stat_user_tables
 WHERE relid = to_regclass(%s)
 
