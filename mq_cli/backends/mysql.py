@@ -348,7 +348,7 @@ class MysqlBackend(SqlBackend):
             used, free = (int(x or 0) for x in rows[0])
             found.append(bloat.mysql_free_space(self.table, used, free, self.server.galera))
         if not self.server.mariadb:
-            return found  # MySQL names the view INNODB_TABLESTATS, without the counter's age
+            return found  # MySQL 8 calls the view INNODB_TABLESTATS: untested, so not read
         try:
             stats = self._rows(self._sql["table_statistics"], (self.table, self.table))
         except MqError as exc:  # a user with row access only (README's GRANTs): not a problem

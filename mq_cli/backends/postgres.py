@@ -58,7 +58,8 @@ STORAGE = {
     "autovacuum_vacuum_threshold": "1000",
     "autovacuum_vacuum_cost_delay": "0",
 }
-#: `mq check` fails when a transaction (or a prepared one) has been open this long (seconds) ...
+#: `mq check` fails when a transaction (or a prepared one) has been open this long (seconds)
+#: (the table-growth lines' thresholds are in backends/bloat.py)
 LONG_TRANSACTION = 300.0
 
 
