@@ -66,7 +66,7 @@ def test_postgres_dead_rows_and_a_stale_plan(pg_db, monkeypatch):
         r"warn\s+dead rows\s+table mq_messages \(\d+ KB with indexes\) holds \d+ dead row versions for 300 live",
         dead,
     )
-    assert "autovacuum is behind; run VACUUM (ANALYZE) mq_messages;" in dead
+    assert "autovacuum is off for it" in dead and "; run VACUUM (ANALYZE) mq_messages;" in dead
     assert "something holds the vacuum horizon" in dead
     stale = line(result.stdout, "statistics")
     assert re.match(

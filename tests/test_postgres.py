@@ -121,7 +121,7 @@ def test_check_fails_when_dead_rows_pile_up(pg_db, monkeypatch):
     assert result.exit_code == 1, result.output
     assert re.search(r"dead rows\s+table mq_messages \(.*\) holds \d+ dead", result.stdout)
     assert "last vacuumed never" in result.stdout
-    assert "run VACUUM (ANALYZE) mq_messages and check that autovacuum runs" in result.stdout
+    assert "autovacuum is off for it" in result.stdout
     pg_db.sql("VACUUM mq_messages")
     threading.Event().wait(0.5)
     assert re.search(r"ok\s+dead rows", pg_db.run("check").stdout)

@@ -335,11 +335,10 @@ class PostgresBackend(SqlBackend):
         )
         rows = self._rows(self._sql["dead_rows"], (f'"{self.table}"',))
         if rows:
-            live, dead, since_vacuum, changes, since_analyze, size = rows[0]
-            found.append(bloat.pg_dead_rows(self.table, live, dead, _seconds(since_vacuum), size))
-            found.append(
-                bloat.pg_statistics(self.table, int(live), int(changes), _seconds(since_analyze))
-            )
+            live, dead, since_vacuum, changes, since_analyze, size, auto = rows[0]
+            vacuumed, analyzed = _seconds(since_vacuum), _seconds(since_analyze)
+            found.append(bloat.pg_dead_rows(self.table, live, dead, vacuumed, size, auto))
+            found.append(bloat.pg_statistics(self.table, int(live), int(changes), analyzed, auto))
         return found
 
     # -- claims and inserts -------------------------------------------------------
