@@ -137,3 +137,29 @@ def test_sqlite_free_pages(sqlite_db, monkeypatch):
     result = sqlite_db.run("check")
     assert line(result.stdout, "free space").startswith("ok "), result.stdout
     assert sqlite_db.sql("SELECT count(*) FROM mq_messages") == [(10,)]
+
+
+def test_the_thresholds_have_floors_and_ages():
+    """The judgement alone, for what the shared servers cannot show (autovacuum is off
+    on the shared PostgreSQL; a day-old table cannot be made in a test)."""
+    mb = 2**20
+    # PostgreSQL: (ok, warn) for dead rows by age of the last vacuum and autovacuum on/off
+    assert bloat.pg_dead_rows("t", 0, 9_000, None, autovacuum=False)[1:4:2] == (True, False)
+    assert bloat.pg_dead_rows("t", 0, 40_000, None, autovacuum=False)[1] is False
+    assert bloat.pg_dead_rows("t", 0, 40_000, None)[1:4:2] == (True, True)  # not visited yet
+    assert bloat.pg_dead_rows("t", 0, 40_000, 60.0)[1:4:2] == (True, False)  # a busy table
+    assert bloat.pg_dead_rows("t", 0, 40_000, 1200.0)[1:4:2] == (True, True)
+    assert bloat.pg_dead_rows("t", 30_000, 40_000, 1200.0)[1:4:2] == (True, False)
+    assert bloat.pg_dead_rows("t", 30_000, 40_000, 7200.0)[1] is False
+    assert bloat.pg_statistics("t", 0, 60_000, None)[3] is False  # autoanalyze will come
+    assert bloat.pg_statistics("t", 0, 60_000, None, autovacuum=False)[3] is True
+    assert bloat.pg_statistics("t", 0, 60_000, 7200.0)[3] is True
+    assert bloat.pg_statistics("t", 40_000, 60_000, 7200.0)[3] is False
+    # MariaDB and SQLite: a small file never warns, a big one more than half free does
+    assert bloat.mysql_free_space("t", 1 * mb, 90 * mb)[3] is False
+    assert bloat.mysql_free_space("t", 150 * mb, 140 * mb)[3] is False
+    assert bloat.mysql_free_space("t", 90 * mb, 110 * mb)[3] is True
+    assert bloat.mysql_statistics("t", 100, 60_000, 7200.0)[3] is True
+    assert bloat.mysql_statistics("t", 100, 60_000, 60.0)[3] is False
+    assert bloat.sqlite_free_pages("f", 25_000, 24_000, 4096)[3] is False  # 94 MB free
+    assert bloat.sqlite_free_pages("f", 60_000, 40_000, 4096)[3] is True
