@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 import mq_cli.backends.postgres as pg
+from mq_cli.backends import bloat
 from mq_cli.cli.main import cli
 from mq_cli.core.dburl import parse_database_url
 from tests.conftest import _pg_connect
@@ -110,7 +111,7 @@ def test_check_fails_when_dead_rows_pile_up(pg_db, monkeypatch):
     result = pg_db.run("enqueue", "-q", "q", "--lines", "--silent", input="1\n" * 3000)
     assert result.exit_code == 0, result.output
     pg_db.sql("DELETE FROM mq_messages WHERE id % 10 <> 0")
-    monkeypatch.setattr(pg, "DEAD_ROWS", 100)
+    monkeypatch.setattr(bloat, "DEAD_ROWS", 100)
     for _ in range(50):  # the statistics collector reports a moment later
         rows = pg_db.sql("SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'mq_messages'")
         if rows and rows[0][0] > 1000:
@@ -118,8 +119,9 @@ def test_check_fails_when_dead_rows_pile_up(pg_db, monkeypatch):
         threading.Event().wait(0.1)
     result = pg_db.run("check")
     assert result.exit_code == 1, result.output
-    assert re.search(r"dead rows\s+table mq_messages holds \d+ dead", result.stdout)
+    assert re.search(r"dead rows\s+table mq_messages \(.*\) holds \d+ dead", result.stdout)
     assert "last vacuumed never" in result.stdout
+    assert "autovacuum is off for it" in result.stdout
     pg_db.sql("VACUUM mq_messages")
     threading.Event().wait(0.5)
     assert re.search(r"ok\s+dead rows", pg_db.run("check").stdout)

@@ -12,6 +12,9 @@ from mq_cli.backends.sqlfiles import load_queries, placeholders
 from mq_cli.core.models import ByIdResult, Message, QueueStats, Run, Slice
 from mq_cli.core.version import SCHEMA_VERSION
 
+#: one `mq check` line: (name, ok, text) or (name, ok, text, warn)
+Found = tuple[str, bool, str] | tuple[str, bool, str, bool]
+
 #: ids per operator statement (gc, retry, delete, purge): each batch is its own
 #: short transaction, so clearing a million rows never holds a long lock
 OPERATE_BATCH = 1000
@@ -288,9 +291,10 @@ class Backend(ABC):
         """Delete up to ``limit`` messages of ``queue`` with id <= ``up_to_id``: of
         ``status``, or (None) every live one; status "done" deletes tombstones. How many."""
 
-    def health(self) -> list[tuple[str, bool, str]]:
-        """(name, healthy, one line) for what only this database can tell `mq check`
-        (PostgreSQL: long transactions, dead rows piling up)."""
+    def health(self) -> list[Found]:
+        """(name, healthy, one line[, warn]) for what only this database can tell `mq
+        check` (PostgreSQL: long transactions, dead rows piling up; every dialect: a
+        table grown in a way that costs, backends/bloat.py)."""
         return []
 
     def server_mode(self) -> tuple[bool, str]:

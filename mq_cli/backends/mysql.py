@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from mq_cli.backends import mysql_url
-from mq_cli.backends.base import Caps
+from mq_cli.backends import bloat, mysql_url
+from mq_cli.backends.base import Caps, Found
 from mq_cli.backends.claims import unlock_claims_for_tests
 from mq_cli.backends.dialects import Dialect, LazyDriver, OpenOptions, register
 from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
@@ -346,6 +346,30 @@ class MysqlBackend(SqlBackend):
             f"{state}, component {primary}; drains may use any node, conflicts between "
             "nodes are retried (README: Galera)"
         )
+
+    def health(self) -> list[Found]:
+        rows = self._rows(self._sql["table_space"], (self.table,))
+        found: list[Found] = []
+        if rows:
+            used, free = (int(x or 0) for x in rows[0])
+            found.append(bloat.mysql_free_space(self.table, used, free, self.server.galera))
+        if not self.server.mariadb:
+            return found  # MySQL 8 calls the view INNODB_TABLESTATS: untested, so not read
+        try:
+            stats = self._rows(self._sql["table_statistics"], (self.table, self.table))
+        except MqError as exc:  # a user with row access only (README's GRANTs): not a problem
+            why = str(exc).split(": ", 1)[-1]  # without the URL the error starts with
+            found.append((
+                "statistics", True,
+                f"not checked: {why} (it takes PROCESS and SELECT on mysql.innodb_table_stats)",
+                False,
+            ))  # fmt: skip
+            return found
+        if stats:
+            changes, counted, since = stats[0]
+            since = None if since is None else float(since)
+            found.append(bloat.mysql_statistics(self.table, int(counted), int(changes), since))
+        return found
 
     def _claim_select(self) -> str:
         skip_locked = self.server.skip_locked and not self.force_locking_claim

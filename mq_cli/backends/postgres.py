@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from mq_cli.backends import bloat, pg_url
 from mq_cli.backends import pg_topology as topology
-from mq_cli.backends import pg_url
+from mq_cli.backends.base import Found
 from mq_cli.backends.claims import RACE_TRIES, lost_race, unlock_claims_for_tests
 from mq_cli.backends.dialects import Dialect, LazyDriver, OpenOptions, driver_installed, register
 from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
@@ -54,11 +55,13 @@ STORAGE = {
     "autovacuum_vacuum_threshold": "1000",
     "autovacuum_vacuum_cost_delay": "0",
 }
-#: `mq check` fails when a transaction (or a prepared one) has been open this long (seconds) ...
+#: `mq check` fails when a transaction (or a prepared one) has been open this long (seconds)
+#: (the table-growth lines' thresholds are in backends/bloat.py)
 LONG_TRANSACTION = 300.0
-#: ... or when dead rows outnumber live ones (and DEAD_ROWS) with no vacuum for VACUUM_AGE
-DEAD_ROWS = 10_000
-VACUUM_AGE = 3600.0
+
+
+def _seconds(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _storage() -> str:
@@ -323,22 +326,16 @@ class PostgresBackend(SqlBackend):
                 done.append(f"set the table's storage parameters: {_storage()}")
         return done
 
-    def health(self) -> list[tuple[str, bool, str]]:
-        found = horizon(lambda name: self._rows(self._sql[name]), LONG_TRANSACTION)
+    def health(self) -> list[Found]:
+        found: list[Found] = list(
+            horizon(lambda name: self._rows(self._sql[name]), LONG_TRANSACTION)
+        )
         rows = self._rows(self._sql["dead_rows"], (f'"{self.table}"',))
         if rows:
-            live, dead, since = int(rows[0][0]), int(rows[0][1]), rows[0][2]
-            stale = since is None or float(since) > VACUUM_AGE
-            if dead > max(DEAD_ROWS, live) and stale:
-                last = "never" if since is None else f"{float(since) / 3600:.1f} h ago"
-                found.append((
-                    "dead rows", False,
-                    f"table {self.table} holds {dead} dead row versions for {live} live ones, "
-                    f"last vacuumed {last}: claims slow down; run VACUUM {self.table} and "
-                    "check that autovacuum runs (a long transaction stops it too)",
-                ))  # fmt: skip
-            else:
-                found.append(("dead rows", True, f"{dead} dead, {live} live row versions"))
+            live, dead, since_vacuum, changes, since_analyze, size, auto = rows[0]
+            vacuumed, analyzed = _seconds(since_vacuum), _seconds(since_analyze)
+            found.append(bloat.pg_dead_rows(self.table, live, dead, vacuumed, size, auto))
+            found.append(bloat.pg_statistics(self.table, int(live), int(changes), analyzed, auto))
         return found
 
     # -- claims and inserts -------------------------------------------------------

@@ -9,7 +9,8 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
 
-from mq_cli.backends.base import Caps
+from mq_cli.backends import bloat
+from mq_cli.backends.base import Caps, Found
 from mq_cli.backends.dialects import Dialect, OpenOptions, register
 from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
 from mq_cli.backends.sqlcore import SqlBackend, Tx
@@ -185,6 +186,10 @@ class SqliteBackend(SqlBackend):
         rows = self._rows(self._sql["quick_check"])
         found = [line for row in rows for line in str(row[0]).splitlines()]
         return [] if found == ["ok"] else [x for x in found if not x.startswith("***")]
+
+    def health(self) -> list[Found]:
+        pages, free, size = self._rows(self._sql["free_pages"])[0]
+        return [bloat.sqlite_free_pages(self.path, int(pages), int(free), int(size))]
 
     def explain_claim(self, queue: str, limit: int) -> list[str]:
         return [str(row[-1]) for row in self._rows(self._sql["explain_claim"], (queue, limit))]

@@ -363,7 +363,9 @@ def check(state: State) -> None:
 
     One line per check (ok / warn / FAIL); exits 1 if any check failed, an
     unreachable database included (a warning alone does not fail it). Run it
-    after every deploy.
+    after every deploy, and now and then: it also warns when the queue table
+    has grown in a way that costs (dead rows, free space, stale statistics),
+    naming the command that fixes it.
 
     \b
     Example:  mq check

@@ -656,3 +656,22 @@ SELECT 1 FROM `{table}` WHERE queue = %s AND status = 'ready' AND available_at <
 UNION ALL
 SELECT 1 FROM `{table}` WHERE queue = %s AND status = 'delayed' AND available_at <= UTC_TIMESTAMP(6)
 LIMIT 1
+
+-- name: table_space
+-- `mq check` (backends/bloat.py): InnoDB's free space in the table's file, against
+-- what rows and indexes use. DATA_FREE is read live; the lengths are as of the last
+-- statistics, and MySQL 8 caches all three for information_schema_stats_expiry.
+SELECT data_length + index_length, data_free
+FROM information_schema.TABLES
+WHERE table_schema = DATABASE() AND table_name = %s
+
+-- name: table_statistics
+-- `mq check`: rows changed since InnoDB last took the table's statistics, the rows
+-- counted then and how long ago (NULL: never stored). MariaDB's view (needs the
+-- PROCESS privilege); its NAME is database/table as the file system spells them.
+SELECT s.MODIFIED_COUNTER, s.NUM_ROWS,
+       TIMESTAMPDIFF(SECOND, p.last_update, NOW())
+FROM information_schema.INNODB_SYS_TABLESTATS s
+LEFT JOIN mysql.innodb_table_stats p
+  ON p.database_name = DATABASE() AND p.table_name = %s
+WHERE s.NAME = CONCAT(DATABASE(), '/', %s)

@@ -415,10 +415,20 @@ WHERE xmin IS NOT NULL OR catalog_xmin IS NOT NULL
 ORDER BY GREATEST(age(xmin), age(catalog_xmin)) DESC
 
 -- name: dead_rows
--- `mq check`: dead row versions (acked messages) VACUUM has not removed yet,
--- and how long ago it last ran on the table (NULL: never).
+-- `mq check` (backends/bloat.py): dead row versions (acked messages) VACUUM has
+-- not removed yet and how long ago it last ran on the table; rows changed since
+-- the last ANALYZE and how long ago that ran (NULL: never); the table's size with
+-- its indexes and TOAST, shown alongside; whether autovacuum is on for it.
 SELECT n_live_tup, n_dead_tup,
-       EXTRACT(EPOCH FROM now() - GREATEST(last_autovacuum, last_vacuum))
+       EXTRACT(EPOCH FROM now() - GREATEST(last_autovacuum, last_vacuum)),
+       n_mod_since_analyze,
+       EXTRACT(EPOCH FROM now() - GREATEST(last_autoanalyze, last_analyze)),
+       pg_total_relation_size(relid),
+       current_setting('autovacuum') = 'on' AND NOT EXISTS (
+         SELECT 1 FROM pg_class c, unnest(c.reloptions) o
+         WHERE c.oid = relid AND lower(o) IN ('autovacuum_enabled=false',
+           'autovacuum_enabled=off', 'autovacuum_enabled=no', 'autovacuum_enabled=0',
+           'autovacuum_enabled=f', 'autovacuum_enabled=n'))
 FROM pg_stat_user_tables
 WHERE relid = to_regclass(%s)
 

@@ -583,3 +583,9 @@ SELECT 1 FROM "{table}" WHERE queue = ? AND status = 'ready' AND available_at <=
 UNION ALL
 SELECT 1 FROM "{table}" WHERE queue = ? AND status = 'delayed' AND available_at <= {now}
 LIMIT 1
+
+-- name: free_pages
+-- `mq check` (backends/bloat.py): the file's pages, how many are free (left by
+-- deleted rows: reused, never given back without auto_vacuum), their size.
+SELECT page_count, freelist_count, page_size
+FROM pragma_page_count(), pragma_freelist_count(), pragma_page_size()
