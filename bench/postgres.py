@@ -95,7 +95,7 @@ def floor_insert(url: str, count: int) -> None:
         for start in range(0, count, 1000):
             rows = min(1000, count - start)
             statement = sql["insert"].replace("{values}", ",".join([sql["insert_row"]] * rows))
-            params = [value for _ in range(rows) for value in ("q", 0, 0.0, None, PAYLOAD)]
+            params = [value for _ in range(rows) for value in ("q", "ready", 0, 0.0, None, PAYLOAD)]
             conn.execute(statement, params).fetchall()
             conn.commit()
 
