@@ -319,7 +319,11 @@ def main() -> None:
     for system in SYSTEMS:
         if (system, procs_list[0]) not in drain:
             continue
-        cell = "" if system in (SYSTEMS[1], "mq group_ack") else f"{enqueue[system.split(':')[0]]:,.0f}"
+        cell = (
+            ""
+            if system in (SYSTEMS[1], "mq group_ack")
+            else f"{enqueue[system.split(':')[0]]:,.0f}"
+        )
         cells = " | ".join(f"{drain[system, p]:,.0f}" for p in procs_list)
         print(f"| {system} | {cell} | {cells} |")
     print()
