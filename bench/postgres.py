@@ -28,7 +28,8 @@ created with `pip install procrastinate pgqueuer[asyncpg,psycopg] psycopg[binary
 when missing):
 they never become dependencies of mq. Every measurement gets a fresh database
 (mqbench_pg, mqbench_procrastinate, mqbench_pgqueuer; dropped afterwards).
-Best of --rounds (2) interleaved rounds. Prints a Markdown table.
+Best of --rounds (2) interleaved rounds. Prints a Markdown table, and under it
+the ratios issue 22 sets targets for (RATIOS).
 """
 
 from __future__ import annotations
