@@ -15,7 +15,8 @@ statement or call:
   (as mq acknowledges), or one `ack_delete_many` per batch; enqueue = the
   multi-row `insert`, 1,000 rows per transaction;
 - mq: `mq drain -q q --batch-size 100 --concurrency P` started P times;
-  `mq enqueue --lines`;
+  `mq enqueue --lines`; mq group_ack: the same with a config whose queue says
+  `group_ack: true` (one `DELETE ... IN` per group, as the second floor);
 - procrastinate: `procrastinate worker --one-shot --delete-jobs successful -c 1`
   started P times; `Task.batch_defer`;
 - pgqueuer: `PgQueuer.run(batch_size=100, mode=drain)` started P times
@@ -27,7 +28,8 @@ created with `pip install procrastinate pgqueuer[asyncpg,psycopg] psycopg[binary
 when missing):
 they never become dependencies of mq. Every measurement gets a fresh database
 (mqbench_pg, mqbench_procrastinate, mqbench_pgqueuer; dropped afterwards).
-Best of --rounds (2) interleaved rounds. Prints a Markdown table.
+Best of --rounds (2) interleaved rounds. Prints a Markdown table, and under it
+the ratios issue 22 sets targets for (RATIOS).
 """
 
 from __future__ import annotations
@@ -55,7 +57,12 @@ MESSAGES = int(os.environ.get("MQ_BENCH_MESSAGES", 5_000))
 PAYLOAD = b'{"n": 1, "pad": "' + b"x" * 180 + b'"}'
 PEERS = ("procrastinate", "pgqueuer[asyncpg,psycopg]", "psycopg[binary]")
 SYSTEMS = ("floor: claim 100 + DELETE each", "floor: claim 100 + one DELETE ... IN per batch",
-           "mq", "procrastinate", "pgqueuer, asyncpg driver", "pgqueuer, psycopg driver")  # fmt: skip
+           "mq", "mq group_ack", "procrastinate", "pgqueuer, asyncpg driver",
+           "pgqueuer, psycopg driver")  # fmt: skip
+# The ratios printed under the table: (name, numerator row, denominator row).
+RATIOS = (("mq / commit-each floor", "mq", SYSTEMS[0]),
+          ("mq group_ack / one-statement floor", "mq group_ack", SYSTEMS[1]),
+          ("mq group_ack / pgqueuer (asyncpg)", "mq group_ack", "pgqueuer, asyncpg driver"))  # fmt: skip
 DATABASES = {"procrastinate": "mqbench_procrastinate", "pgqueuer": "mqbench_pgqueuer"}
 
 
@@ -89,7 +96,7 @@ def floor_insert(url: str, count: int) -> None:
         for start in range(0, count, 1000):
             rows = min(1000, count - start)
             statement = sql["insert"].replace("{values}", ",".join([sql["insert_row"]] * rows))
-            params = [value for _ in range(rows) for value in ("q", 0, 0.0, None, PAYLOAD)]
+            params = [value for _ in range(rows) for value in ("q", "ready", 0, 0.0, None, PAYLOAD)]
             conn.execute(statement, params).fetchall()
             conn.commit()
 
@@ -172,9 +179,13 @@ class Bench:
         self.check("floor", left, sum(int(out) for out in outs))
         return self.count / took_in, self.count / took
 
-    def mq(self, procs: int) -> tuple[float, float]:
+    def mq(self, procs: int, group_ack: bool = False) -> tuple[float, float]:
         url = self.fresh("mqbench_pg")
         mq = [sys.executable, "-m", "mq_cli"]
+        if group_ack:
+            config = self.tmp / "mq-group-ack.yaml"
+            config.write_text("queues:\n  q:\n    group_ack: true\n")
+            mq += ["-c", str(config)]
         self.group([[*mq, "init"]], url)
         lines = PAYLOAD + b"\n"
         enqueue = [*mq, "enqueue", "-q", "q", "--lines", "--silent"]
@@ -226,9 +237,10 @@ class Bench:
             SYSTEMS[0]: lambda procs: self.floor(procs, "each"),
             SYSTEMS[1]: lambda procs: self.floor(procs, "many"),
             "mq": self.mq,
+            "mq group_ack": lambda procs: self.mq(procs, group_ack=True),
             "procrastinate": self.procrastinate,
-            SYSTEMS[4]: lambda procs: self.pgqueuer(procs, "asyncpg"),
-            SYSTEMS[5]: lambda procs: self.pgqueuer(procs, "psycopg"),
+            SYSTEMS[5]: lambda procs: self.pgqueuer(procs, "asyncpg"),
+            SYSTEMS[6]: lambda procs: self.pgqueuer(procs, "psycopg"),
         }
 
 
@@ -308,9 +320,18 @@ def main() -> None:
     for system in SYSTEMS:
         if (system, procs_list[0]) not in drain:
             continue
-        cell = "" if system == SYSTEMS[1] else f"{enqueue[system.split(':')[0]]:,.0f}"
+        cell = (
+            ""
+            if system in (SYSTEMS[1], "mq group_ack")
+            else f"{enqueue[system.split(':')[0]]:,.0f}"
+        )
         cells = " | ".join(f"{drain[system, p]:,.0f}" for p in procs_list)
         print(f"| {system} | {cell} | {cells} |")
+    print()
+    for name, over, under in RATIOS:
+        if (over, procs_list[0]) in drain and (under, procs_list[0]) in drain:
+            cells = ", ".join(f"{drain[over, p] / drain[under, p]:.2f}x at {p}" for p in procs_list)
+            print(f"- {name}: {cells}")
 
 
 if __name__ == "__main__":

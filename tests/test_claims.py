@@ -283,3 +283,30 @@ def test_tombstones_are_purged_after_retention(db, count):
         time.sleep(0.05)
         assert b.purge_tombstones("q") == count
         assert db.sql("SELECT COUNT(*) FROM mq_messages") == [(0,)]
+
+
+def test_claim_acking_deletes_the_group_that_is_still_ours_and_claims_the_next(db):
+    """group_ack's batch end: the last group's DELETE and the next claim (PostgreSQL
+    commits both in one statement; the others one after the other)."""
+    with backend_for(db) as b:
+        ids = fill(b, "q", 6)
+        first = [m.id for m in b.claim("q", 3, "drain-a")]
+        # one of them was taken from this drain (gc, an operator): not deleted
+        db.sql("UPDATE mq_messages SET owner = 'drain-b' WHERE id = %s", (first[2],))
+        deleted, batch = b.claim_acking("q", 2, "drain-a", first)
+        assert deleted == 2
+        assert [m.id for m in batch] == ids[3:5]
+        assert all(m.owner == "drain-a" and m.status == "processing" for m in batch)
+        left = db.sql("SELECT id, status, owner FROM mq_messages ORDER BY id")
+        assert [tuple(r) for r in left] == [
+            (first[2], "processing", "drain-b"),
+            (ids[3], "processing", "drain-a"),
+            (ids[4], "processing", "drain-a"),
+            (ids[5], "ready", None),
+        ]
+        # nothing left to claim: the group is deleted all the same
+        deleted, batch = b.claim_acking("q", 5, "drain-a", [ids[3], ids[4]])
+        deleted2, rest = b.claim_acking("q", 5, "drain-a", [m.id for m in batch])
+        assert (deleted, [m.id for m in batch]) == (2, [ids[5]])
+        assert (deleted2, rest) == (1, [])
+        assert db.sql("SELECT id FROM mq_messages") == [(first[2],)]

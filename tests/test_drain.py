@@ -306,6 +306,38 @@ def test_group_ack_deletes_a_batch_in_one_statement(db, ran, tmp_path):
     assert len(left) == 12 and {r[1] for r in left} == {"ready"}
 
 
+def test_group_ack_deletes_a_batch_with_the_next_claim(db, ran, tmp_path, monkeypatch):
+    """A batch's last group goes with the next claim (one commit on PostgreSQL);
+    a drain that stops after a batch (--max-messages) deletes it on its own."""
+    from mq_cli.backends.base import Backend
+    from mq_cli.backends.pg_claims import PgClaims
+
+    calls: list[int] = []
+    for cls in (PgClaims, Backend):
+        original = cls.claim_acking
+
+        def spy(self, queue, limit, owner, done, original=original):
+            calls.append(len(done))
+            return original(self, queue, limit, owner, done)
+
+        monkeypatch.setattr(cls, "claim_acking", spy)
+    config(
+        tmp_path,
+        "queues:\n  jobs: {handler: 'tests.jobs:record', group_ack: true, batch_size: 10,"
+        " ack_delay: 1h}\n",
+    )
+    enqueue(db, "jobs", *[json.dumps({"n": i}) for i in range(35)])
+    result = db.run("drain", "-q", "jobs", "--json", "--max-messages", "25")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["succeeded"] == 25
+    assert calls == [10, 10]  # batches 1 and 2 left with claims 2 and 3
+    assert len(rows(db, "jobs")) == 10  # batch 3 (5 messages) deleted at the stop
+    result = db.run("drain", "-q", "jobs", "--json")
+    assert json.loads(result.stdout)["succeeded"] == 10
+    assert calls == [10, 10, 10]  # its last claim found nothing, and deleted the group
+    assert rows(db, "jobs") == [] and len(ran()) == 35
+
+
 def test_group_ack_does_not_hold_a_success_back_behind_a_slow_handler(db, ran, tmp_path):
     """group_ack commits a group once its oldest success has waited ack_delay: a
     long handler that follows does not keep the first message in the table."""

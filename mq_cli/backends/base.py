@@ -179,6 +179,13 @@ class Backend(ABC):
     def ack_success_many(self, ids: Sequence[int], owner: str) -> int:
         """Delete several succeeded messages in one statement; how many were still ours."""
 
+    def claim_acking(
+        self, queue: str, limit: int, owner: str, done: Sequence[int]
+    ) -> tuple[int, list[Message]]:
+        """``ack_success_many(done)`` then ``claim``: (how many deleted, the messages). A
+        dialect that can commits both at once (group_ack's batch end: one commit)."""
+        return self.ack_success_many(done, owner) if done else 0, self.claim(queue, limit, owner)
+
     @abstractmethod
     def ack_failure(
         self, message: Message, owner: str, error: str, retry_in: float, failed: bool

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Any
 from mq_cli.backends import bloat, pg_url
 from mq_cli.backends import pg_topology as topology
 from mq_cli.backends.base import Found
-from mq_cli.backends.claims import RACE_TRIES, lost_race, unlock_claims_for_tests
+from mq_cli.backends.claims import unlock_claims_for_tests
 from mq_cli.backends.dialects import Dialect, LazyDriver, OpenOptions, driver_installed, register
 from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
 from mq_cli.backends.liveness import lock_key
+from mq_cli.backends.pg_claims import PgClaims
 from mq_cli.backends.pg_horizon import horizon
 from mq_cli.backends.sqlcore import SqlBackend, Tx
 from mq_cli.backends.sqlfiles import queries as dialect_queries
@@ -100,7 +101,7 @@ def _text(exc: BaseException) -> str:
     return primary or (str(exc).strip().splitlines() or ["connection closed"])[0]
 
 
-class PostgresBackend(SqlBackend):
+class PostgresBackend(PgClaims):
     kind = dialect = "postgres"
     ddl_names = (
         "create_table", "create_claim_index", "create_unique_index", "create_due_index",
@@ -128,7 +129,7 @@ class PostgresBackend(SqlBackend):
         self.standby_ok = standby_ok  # `mq check` looks at a standby; nothing else may
         self.table = table
         self._sql = queries(table)
-        unlock_claims_for_tests(self._sql, "claim")
+        unlock_claims_for_tests(self._sql, "claim", "claim_acking")
         self.driver_errors = (psycopg.Error,)
         self.conn = self._connect()
         if create and self.schema_version() is None:
@@ -339,20 +340,6 @@ class PostgresBackend(SqlBackend):
         return found
 
     # -- claims and inserts -------------------------------------------------------
-
-    def _claim(self, queue: str, limit: int, owner: str) -> list[Any]:
-        # Only the rows the guarded UPDATE changed come back (see the claim's SQL);
-        # its last column counts the rows selected, on a row of NULLs if none was taken.
-        for _ in range(RACE_TRIES):
-            rows = self._write_rows(self._sql["claim"], (queue, limit, owner))
-            selected = int(rows[0][8]) if rows else 0
-            taken = [row for row in rows if row[0] is not None]
-            if len(taken) < selected:
-                lost_race(queue, len(taken), selected)
-            if taken or not selected:
-                break
-        taken.sort(key=lambda row: (-row[2], row[5], row[0]))  # the claim index's order
-        return taken
 
     def _claim_rows(self, tx: Tx, queue: str, limit: int, owner: str) -> list[Any]:
         rows = tx.rows(self._sql["claim"], (queue, limit, owner))

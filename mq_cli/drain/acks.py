@@ -129,7 +129,13 @@ class DrainAcks(DrainSession):
         waited ack_delay. A crash before it re-runs them (at most a batch, at most
         ack_delay old but for the DELETE's own time)."""
         ids = [m.id for m in self.done]
-        deleted = self._db(lambda b: b.ack_success_many(ids, self.owner))
+        self._group_acknowledged(
+            queue, ids, self._db(lambda b: b.ack_success_many(ids, self.owner))
+        )
+
+    def _group_acknowledged(self, queue: QueueConfig, ids: list[int], deleted: int) -> None:
+        """The group's DELETE committed (on its own, or with the next claim): ``deleted``
+        of ``ids`` were still this drain's."""
         self.done = []
         log.info("queue %s: %d message(s) done (one acknowledgement)", queue.name, deleted)
         if deleted < len(ids):

@@ -272,10 +272,14 @@ class Drain(DrainAcks):
                     if not self._go_on_after(exc):
                         raise
         finally:
-            self.runner = None
-            runner.close()
-            if waiter is not None:
-                waiter.close()
+            try:
+                if self.done:  # carried to a claim that did not come (paused, stopped)
+                    self._acknowledge_group(queue)
+            finally:
+                self.runner = None
+                runner.close()
+                if waiter is not None:
+                    waiter.close()
 
     def _ticks(self) -> None:
         """Often, whatever the drain does: the run log's and the fleet slot's upkeep."""
@@ -335,19 +339,33 @@ class Drain(DrainAcks):
             size = max(1, min(size, self.options.max_messages - done))
         tries = 0
         asked = 0.0
+        if self.done and queue.rate_limit is not None:
+            self._acknowledge_group(queue)  # a rate-limited claim takes tokens on its own
+        # group_ack: the last batch's successes, deleted by the claim's own commit.
+        grouped = [m.id for m in self.done]
+        deleted = len(grouped)
 
         def claim(backend: Backend) -> list[Message]:
-            nonlocal tries, asked
+            nonlocal tries, asked, deleted
             tries += 1
             if tries > 1:
                 # The first try's COMMIT may have happened with its reply lost: those
                 # rows are ours but unknown. Between batches this drain holds nothing
-                # else on the queue, so put back all it holds there.
+                # else on the queue (but for the successes of the last, deleted first:
+                # whether the first try did is unknown), so put back all it holds there.
+                if grouped:
+                    backend.ack_success_many(grouped, self.owner)
                 backend.release_owner(queue.name, self.owner)
             asked = time.monotonic()  # heartbeat_at is set later than this
+            if grouped and tries == 1:
+                self.throttle.due_in = None
+                deleted, batch = backend.claim_acking(queue.name, size, self.owner, grouped)
+                return batch
             return self.throttle.claim(backend, queue, size, self.owner)
 
         batch = self._db(claim)
+        if grouped:
+            self._group_acknowledged(queue, grouped, deleted)
         self._lease_for = queue.stalled_after / 2
         self.stalled_after = queue.stalled_after
         self.lease_until = asked + self._lease_for
@@ -406,6 +424,7 @@ class Drain(DrainAcks):
             for m in batch
         ]
         self.runlog.batch(batch)
+        carry = False
         results = runner.run_many(jobs, admit, queue.timeout or None, tick, tick_every, not_after)
         self.guard.arm(min(time.monotonic() + liveness.FENCE, self.beat_at + self._hold_for))
         if self.watchdog is not None:
@@ -421,12 +440,15 @@ class Drain(DrainAcks):
                         runner.kill()  # it may be running a message gc can take now
                     self._settle_after_failure(queue, batch, runner, results)
                     raise
+            # group_ack: the successes left go with the next claim, one commit for
+            # both (_claim), unless this drain stops here.
+            carry = not self._should_stop()
         finally:
             if self.watchdog is not None:
                 self.watchdog.disarm()
             self.guard.disarm()
             try:
-                if self.done:
+                if self.done and not carry:
                     self._acknowledge_group(queue)
             finally:
                 if self.held:

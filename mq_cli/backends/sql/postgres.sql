@@ -123,6 +123,31 @@ FROM (SELECT count(*) AS selected FROM c) AS n LEFT JOIN m ON true
 -- name: ack_delete
 DELETE FROM "{table}" WHERE id = %s AND owner = %s AND status = 'processing'
 
+-- name: claim_acking
+-- group_ack: the claim, with the last batch's grouped successes deleted by the
+-- same statement, so the two commit together (one WAL flush, one round trip).
+-- The DELETE and the claim touch different rows (this drain's 'processing'
+-- ones, and 'ready' ones). The last column counts the rows deleted.
+WITH d AS (
+  DELETE FROM "{table}" WHERE id IN ({ids}) AND owner = %s AND status = 'processing'
+  RETURNING 1
+), c AS MATERIALIZED (
+  SELECT id FROM "{table}"
+  WHERE queue = %s AND status = 'ready' AND available_at <= now()
+  ORDER BY priority DESC, available_at, id
+  LIMIT %s
+  FOR UPDATE SKIP LOCKED
+), m AS (
+  UPDATE "{table}" AS t SET status = 'processing', owner = %s, heartbeat_at = now()
+  FROM c WHERE t.id = c.id AND t.status = 'ready' AND t.owner IS NULL
+    AND t.available_at <= now()
+  RETURNING t.id, t.queue, t.priority, t.error_count, t.created_at, t.available_at,
+            t.unique_key, t.payload
+)
+SELECT m.id, m.queue, m.priority, m.error_count, m.created_at, m.available_at,
+       m.unique_key, m.payload, n.selected, (SELECT count(*) FROM d) AS deleted
+FROM (SELECT count(*) AS selected FROM c) AS n LEFT JOIN m ON true
+
 -- name: ack_delete_many
 DELETE FROM "{table}" WHERE id IN ({ids}) AND owner = %s AND status = 'processing'
 
