@@ -12,6 +12,7 @@ from mq_cli.backends import mysql_url
 from mq_cli.backends.base import Caps
 from mq_cli.backends.claims import unlock_claims_for_tests
 from mq_cli.backends.dialects import Dialect, LazyDriver, OpenOptions, register
+from mq_cli.backends.engines import mysql_engine
 from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
 from mq_cli.backends.liveness import lock_name
 from mq_cli.backends.sqlcore import RETRIES, SqlBackend, Tx
@@ -206,6 +207,12 @@ class MysqlBackend(SqlBackend):
         self.server = ServerInfo(
             str(row[0]), int(row[1]), int(row[2]), int(row[3]), galera=bool(int(row[4] or 0))
         )
+        #: named from the banner before anything runs on it (backends/engines.py)
+        kind = "MariaDB" if self.server.mariadb else "MySQL"
+        self.engine = mysql_engine(str(row[0]), str(row[5] or ""), self.server.galera, kind)
+        if not self.engine.accepted:
+            conn.close()
+            self.engine.refuse(s.describe())
         if self.server.galera:
             # Certification conflicts between nodes are normal traffic on a cluster:
             # retry them for longer than a single server's rare deadlocks.
@@ -346,6 +353,9 @@ class MysqlBackend(SqlBackend):
             f"{state}, component {primary}; drains may use any node, conflicts between "
             "nodes are retried (README: Galera)"
         )
+
+    def route_checks(self) -> list[tuple[str, bool, str, bool]]:
+        return [("engine", True, f"{self.engine.name}: {self.engine.detail}", False)]
 
     def _claim_select(self) -> str:
         skip_locked = self.server.skip_locked and not self.force_locking_claim

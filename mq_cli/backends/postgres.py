@@ -38,8 +38,6 @@ else:
 
 #: identifiers are at most 63 bytes: room for the longest name mq derives, `<table>_unique`
 MAX_TABLE = 63 - len("_unique")
-#: the oldest server mq runs on (WITH ... AS MATERIALIZED)
-MIN_VERSION = 120000
 #: deadlock, serialization failure, lock timeout: the statement changed nothing, run it again
 RETRYABLE = {"40P01", "40001", "55P03"}
 UNDEFINED_TABLE = "42P01"
@@ -173,18 +171,17 @@ class PostgresBackend(SqlBackend):
             conn = psycopg.connect(**options)
         except psycopg.Error as exc:
             raise self._wrap(exc, connecting=True) from None
-        version = conn.info.server_version
-        if version < MIN_VERSION:
-            conn.close()
-            raise DatabaseError(
-                f"{s.describe()} runs PostgreSQL {version // 10000}: mq needs 12 or later"
-            )
-        self.version = version
-        try:
-            self.pooler_seen, self.in_recovery = topology.probe_session(conn)
+        try:  # named before anything else runs on it (backends/engines.py)
+            self.engine = topology.probe_engine(conn, self._sql, self.table)
+            if self.engine.accepted:
+                self.pooler_seen, self.in_recovery = topology.probe_session(conn)
         except psycopg.Error as exc:
             conn.close()
             raise self._wrap(exc, connecting=True) from None
+        if not self.engine.accepted:
+            conn.close()
+            self.engine.refuse(s.describe())
+        self.version = conn.info.server_version
         self.pool_mode = topology.pool_mode(s, self.pooler_seen)
         if self.pooler_seen:
             conn.prepare_threshold = None  # the probe ran once: nothing is prepared yet
@@ -309,7 +306,8 @@ class PostgresBackend(SqlBackend):
         return True, f"PostgreSQL {major}.{minor}, SKIP LOCKED claims in one statement"
 
     def route_checks(self) -> list[tuple[str, bool, str, bool]]:
-        return topology.checks(self.settings, self.pool_mode, self.pooler_seen)
+        engine = ("engine", True, f"{self.engine.name}: {self.engine.detail}", False)
+        return [engine, *topology.checks(self.settings, self.pool_mode, self.pooler_seen)]
 
     # -- schema: the storage parameters of a delete-heavy table ------------------
 

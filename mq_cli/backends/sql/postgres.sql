@@ -689,3 +689,14 @@ SELECT 1 FROM "{table}" WHERE queue = %s AND status = 'ready' AND available_at <
 UNION ALL
 SELECT 1 FROM "{table}" WHERE queue = %s AND status = 'delayed' AND available_at <= now()
 LIMIT 1
+
+-- name: engine
+-- The server's own banner, its version number and whether Citus is installed
+-- (backends/engines.py names the engine from them). Unqualified version(): the
+-- catalog's, unless a search_path puts another schema before pg_catalog.
+SELECT version(), current_setting('server_version_num')::int,
+       EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')
+
+-- name: citus_distributed
+-- pg_dist_partition exists only with Citus: a row for a distributed table.
+SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = to_regclass(%s))
