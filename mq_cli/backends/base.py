@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from mq_cli.backends import liveness
 from mq_cli.backends.sqlfiles import load_queries, placeholders
@@ -292,6 +293,10 @@ class Backend(ABC):
         """(name, healthy, one line) for what only this database can tell `mq check`
         (PostgreSQL: long transactions, dead rows piling up)."""
         return []
+
+    def vacuum_horizon(self) -> dict[str, Any] | None:
+        """What holds the vacuum horizon, for `mq status --json` (PostgreSQL only)."""
+        return None
 
     def server_mode(self) -> tuple[bool, str]:
         """(healthy, one line): what kind of server mq runs on, for `mq check`."""

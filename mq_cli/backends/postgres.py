@@ -13,7 +13,7 @@ from mq_cli.backends.claims import RACE_TRIES, lost_race, unlock_claims_for_test
 from mq_cli.backends.dialects import Dialect, LazyDriver, OpenOptions, driver_installed, register
 from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
 from mq_cli.backends.liveness import lock_key
-from mq_cli.backends.pg_horizon import horizon
+from mq_cli.backends.pg_horizon import facts, horizon
 from mq_cli.backends.sqlcore import SqlBackend, Tx
 from mq_cli.backends.sqlfiles import queries as dialect_queries
 from mq_cli.core.dburl import DatabaseSettings
@@ -320,6 +320,9 @@ class PostgresBackend(SqlBackend):
             if not any(line.startswith("created table") for line in done):
                 done.append(f"set the table's storage parameters: {_storage()}")
         return done
+
+    def vacuum_horizon(self) -> dict[str, Any]:
+        return facts(lambda name: self._rows(self._sql[name]))
 
     def health(self) -> list[tuple[str, bool, str]]:
         found = horizon(lambda name: self._rows(self._sql[name]), LONG_TRANSACTION)

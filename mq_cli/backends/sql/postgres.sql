@@ -406,6 +406,15 @@ SELECT gid, EXTRACT(EPOCH FROM now() - prepared), owner, database, age(transacti
 FROM pg_prepared_xacts
 ORDER BY prepared
 
+-- name: standby_horizons
+-- Standbys whose hot_standby_feedback holds the horizon: backend_xmin is the
+-- oldest snapshot of a query running there (a standby on a slot reports it
+-- through the slot's xmin instead), oldest first.
+SELECT application_name, host(client_addr), age(backend_xmin)
+FROM pg_stat_replication
+WHERE backend_xmin IS NOT NULL
+ORDER BY age(backend_xmin) DESC
+
 -- name: slot_horizons
 -- Replication slots that keep old rows (xmin: every table; catalog_xmin: the
 -- catalogs), oldest first.
