@@ -120,13 +120,15 @@ def test_a_standby_a_slot_and_a_prepared_transaction_in_check_and_status(
             conn.execute("SELECT pg_create_logical_replication_slot('mq_unused', 'pgoutput')")
         with connect(server, "mq_horizon") as conn:
             conn.execute("CREATE TABLE IF NOT EXISTS app (x int)")
+        # The standby's snapshot first, so that it is older than the prepared
+        # transaction (which runs on the standby too, and holds its xmin as well).
+        held = connect(standby, "mq_horizon", autocommit=False)
+        held.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        held.execute("SELECT 1")  # a snapshot held on the standby
         prepared = connect(server, "mq_horizon", autocommit=False)
         prepared.execute("INSERT INTO app VALUES (1)")
         prepared.execute("PREPARE TRANSACTION 'mq-standby-gid'")
         prepared.close()
-        held = connect(standby, "mq_horizon", autocommit=False)
-        held.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-        held.execute("SELECT 1")  # a snapshot held on the standby
         threading.Event().wait(2.5)  # two feedback rounds: the standby reports it
         with connect(server, "postgres") as conn:
             for _ in range(10):
@@ -153,6 +155,25 @@ def test_a_standby_a_slot_and_a_prepared_transaction_in_check_and_status(
         assert horizon["standbys"][0]["client_addr"] == "127.0.0.1"
         assert [s["name"] for s in horizon["replication_slots"]] == ["mq_unused"]
         assert [p["gid"] for p in horizon["prepared_transactions"]] == ["mq-standby-gid"]
+
+        # Held by the standby's transaction, not by the prepared one nor a stale
+        # report: without the prepared one it stays; once it ends (and a checkpoint
+        # logs the running transactions for the standby) the xmin moves on.
+        with connect(server, "mq_horizon") as conn:
+            conn.execute("ROLLBACK PREPARED 'mq-standby-gid'")
+        with connect(server, "postgres") as conn:
+            conn.execute("CHECKPOINT")
+        threading.Event().wait(2.5)
+        assert (_standby_xid_age(server) or 0) >= 10
+        held.rollback()
+        with connect(server, "postgres") as conn:
+            conn.execute("CHECKPOINT")
+        for _ in range(100):
+            if (_standby_xid_age(server) or 0) < 5:
+                break
+            threading.Event().wait(0.2)
+        result = db.run("check")
+        assert re.search(r"ok\s+standbys\s+1 with hot_standby_feedback", result.stdout)
 
     finally:
         if held is not None:
