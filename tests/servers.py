@@ -416,7 +416,8 @@ class PrivateStandby(PrivatePostgres):
         # initdb's pg_hba trusts replication from 127.0.0.1, and wal_level is replica.
         subprocess.run(
             [str(pg_bin("pg_basebackup")), "-h", "127.0.0.1", "-p", str(primary.port),
-             "-U", "postgres", "-D", str(self.datadir), "-R", "-X", "stream", "--no-sync"],
+             "-U", "postgres", "-D", str(self.datadir), "-R", "-X", "stream", "--no-sync",
+             "--checkpoint=fast"],
             check=True, capture_output=True, timeout=120, user="postgres",
         )  # fmt: skip
         try:

@@ -4,43 +4,18 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from mq_cli.backends import liveness
 from mq_cli.backends.sqlfiles import load_queries, placeholders
+from mq_cli.backends.traits import Caps, Found, Shape
 from mq_cli.core.models import ByIdResult, Message, QueueStats, Run, Slice
 from mq_cli.core.version import SCHEMA_VERSION
-
-#: one `mq check` line: (name, ok, text) or (name, ok, text, warn)
-Found = tuple[str, bool, str] | tuple[str, bool, str, bool]
 
 #: ids per operator statement (gc, retry, delete, purge): each batch is its own
 #: short transaction, so clearing a million rows never holds a long lock
 OPERATE_BATCH = 1000
-
-
-@dataclass(frozen=True)
-class Shape:
-    """What the database says the table looks like."""
-
-    columns: frozenset[str]
-    #: index name -> unique
-    indexes: dict[str, bool]
-
-
-@dataclass(frozen=True)
-class Caps:
-    """What a dialect can do that others cannot: read where behaviour differs, so no
-    caller tests a dialect's name (River's driver interface has the same idea)."""
-
-    #: its drains all run on one host: a drain's liveness and its fleet slots are
-    #: flocks on files (lock_dir, beside the database), not session locks or rows
-    file_locks: bool = False
-    #: its own consistency check is cheap enough for `mq check` (integrity())
-    integrity_check: bool = False
-    #: the unique-key index lives on unique_slot (schema version 2's migration)
-    unique_slot: bool = False
 
 
 class Backend(ABC):
@@ -303,6 +278,10 @@ class Backend(ABC):
         check` (PostgreSQL: long transactions, dead rows piling up; every dialect: a
         table grown in a way that costs, backends/bloat.py)."""
         return []
+
+    def vacuum_horizon(self) -> dict[str, Any] | None:
+        """What holds the vacuum horizon, for `mq status --json` (PostgreSQL only)."""
+        return None
 
     def server_mode(self) -> tuple[bool, str]:
         """(healthy, one line): what kind of server mq runs on, for `mq check`."""

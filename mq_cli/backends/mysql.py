@@ -12,8 +12,10 @@ from mq_cli.backends import bloat, mysql_url
 from mq_cli.backends.base import Caps, Found
 from mq_cli.backends.claims import unlock_claims_for_tests
 from mq_cli.backends.dialects import Dialect, LazyDriver, OpenOptions, register
+from mq_cli.backends.engines import mysql_engine
 from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
 from mq_cli.backends.liveness import lock_name
+from mq_cli.backends.mysql_packet import escaped_size, max_payload, too_large_hint
 from mq_cli.backends.sqlcore import RETRIES, SqlBackend, Tx
 from mq_cli.backends.sqlfiles import queries as dialect_queries
 from mq_cli.core.dburl import DatabaseSettings
@@ -58,30 +60,6 @@ SQL_MODE = "STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION"
 #: tries of a statement that deadlocked on a Galera node (where another node's
 #: concurrent write to the same row is a 1213 at COMMIT); one server: sqlcore.RETRIES
 GALERA_RETRIES = 40
-_ESCAPED = b"\0\n\r\x1a\\'\""  # each takes two bytes in PyMySQL's SQL text
-
-
-def escaped_size(payload: bytes) -> int:
-    """Bytes the payload takes inside PyMySQL's SQL text (`_binary'...'`)."""
-    # One pass in C (per message, three times on the enqueue path).
-    return 2 * len(payload) - len(payload.translate(None, _ESCAPED)) + 10
-
-
-def max_payload(max_packet: int) -> int:
-    """The largest payload a server with this max_allowed_packet stores.
-
-    Measured on MariaDB 10.11: a statement whose values add up to more than
-    max_allowed_packet / 2 - 16 bytes makes the server drop the connection,
-    however they are escaped; 1 KiB leaves room for the rest of the statement.
-    """
-    return max_packet // 2 - 1024
-
-
-def too_large_hint(max_packet: int) -> str:
-    return (
-        f"max_allowed_packet = {max_packet} allows payloads up to {max_payload(max_packet)} "
-        "bytes, half of it; raise max_allowed_packet on the server for larger ones"
-    )
 
 
 def utc(moment: datetime | None) -> datetime | None:
@@ -206,6 +184,12 @@ class MysqlBackend(SqlBackend):
         self.server = ServerInfo(
             str(row[0]), int(row[1]), int(row[2]), int(row[3]), galera=bool(int(row[4] or 0))
         )
+        #: named from the banner before anything runs on it (backends/engines.py)
+        kind = "MariaDB" if self.server.mariadb else "MySQL"
+        self.engine = mysql_engine(str(row[0]), str(row[5] or ""), self.server.galera, kind)
+        if not self.engine.accepted:
+            conn.close()
+            self.engine.refuse(s.describe())
         if self.server.galera:
             # Certification conflicts between nodes are normal traffic on a cluster:
             # retry them for longer than a single server's rare deadlocks.
@@ -370,6 +354,9 @@ class MysqlBackend(SqlBackend):
             since = None if since is None else float(since)
             found.append(bloat.mysql_statistics(self.table, int(counted), int(changes), since))
         return found
+
+    def route_checks(self) -> list[tuple[str, bool, str, bool]]:
+        return [("engine", True, f"{self.engine.name}: {self.engine.detail}", False)]
 
     def _claim_select(self) -> str:
         skip_locked = self.server.skip_locked and not self.force_locking_claim

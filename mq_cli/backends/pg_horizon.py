@@ -5,9 +5,11 @@ table deletes every acknowledged message, so anything that holds the horizon
 back lets dead rows pile up and claims slow down hour by hour: a long open
 transaction (in any database before PostgreSQL 14, and through a standby's
 hot_standby_feedback), a prepared (two-phase) transaction whose coordinator is
-gone, a replication slot (its xmin: a standby's oldest query; its catalog_xmin:
-a logical slot, which also keeps WAL). Each check names the oldest holder, its
-age and what to do; the statements are in sql/postgres.sql.
+gone, a standby's oldest query through hot_standby_feedback (pg_stat_replication's
+backend_xmin), a replication slot (its xmin: a standby's oldest query; its
+catalog_xmin: a logical slot, which also keeps WAL). Each check names the oldest
+holder, its age and what to do; :func:`facts` gives the same for `mq status
+--json`; the statements are in sql/postgres.sql.
 """
 
 from __future__ import annotations
@@ -23,11 +25,61 @@ Found = tuple[str, bool, str]
 HELD = "VACUUM cannot remove the queue's deleted rows meanwhile"
 
 
-def horizon(rows: Rows, long_for: float, xids: int = HORIZON_XIDS) -> list[Found]:
-    """One line each: open transactions, prepared transactions, replication slots;
-    ``rows(name)`` runs a named statement. Fails what is older than ``long_for``
-    seconds, an inactive slot, or an active one more than ``xids`` behind."""
-    return [transactions(rows, long_for), prepared(rows, long_for), slots(rows, xids)]
+def horizon(rows: Rows, long_for: float, xids: int | None = None) -> list[Found]:
+    """One line each: open transactions, prepared transactions, standbys, replication
+    slots; ``rows(name)`` runs a named statement. Fails what is older than ``long_for``
+    seconds, an inactive slot, or a standby or active slot more than ``xids`` behind."""
+    xids = HORIZON_XIDS if xids is None else xids
+    return [
+        transactions(rows, long_for), prepared(rows, long_for), standbys(rows, xids),
+        slots(rows, xids),
+    ]  # fmt: skip
+
+
+def facts(rows: Rows) -> dict[str, Any]:
+    """What holds the horizon, as `mq status --json`'s ``vacuum_horizon``: the oldest
+    open transaction (or null), and every standby, slot and prepared transaction that
+    holds rows back, ages in seconds and in transactions (``xid_age``)."""
+    found = rows("long_transaction")
+    oldest = None
+    if found and found[0][1] is not None:
+        pid, age, state, user, app, database, xids = found[0]
+        oldest = {
+            "pid": int(pid), "seconds": round(float(age), 3), "state": state, "user": user,
+            "application_name": app, "database": database, "xid_age": _int(xids),
+        }  # fmt: skip
+    return {
+        "oldest_transaction": oldest,
+        "standbys": [
+            {"application_name": app, "client_addr": addr, "xid_age": _int(xids)}
+            for app, addr, xids in rows("standby_horizons")
+        ],
+        "replication_slots": [
+            {
+                "name": name,
+                "type": kind,
+                "active": bool(active),
+                "database": database,
+                "xmin_age": _int(xmin),
+                "catalog_xmin_age": _int(catalog),
+            }
+            for name, kind, active, database, xmin, catalog in rows("slot_horizons")
+        ],  # fmt: skip
+        "prepared_transactions": [
+            {
+                "gid": gid,
+                "seconds": round(float(age), 3),
+                "owner": owner,
+                "database": database,
+                "xid_age": _int(xids),
+            }
+            for gid, age, owner, database, xids in rows("prepared_transactions")
+        ],  # fmt: skip
+    }
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def duration(seconds: float) -> str:
@@ -68,6 +120,23 @@ def prepared(rows: Rows, long_for: float) -> Found:
         f"'{gid}' (database {database}, owner {owner}) has been prepared for "
         f"{duration(float(age))}{_behind(xids)}{more}: {HELD}; if its coordinator is gone, "
         f"run ROLLBACK PREPARED '{gid}' (or COMMIT PREPARED) in database {database}",
+    )  # fmt: skip
+
+
+def standbys(rows: Rows, xids: int) -> Found:
+    found = rows("standby_horizons")
+    if not found:
+        return ("standbys", True, "none holds old rows (no hot_standby_feedback xmin)")
+    app, addr, behind = found[0]
+    if int(behind or 0) <= xids:
+        return ("standbys", True, f"{len(found)} with hot_standby_feedback, none far behind")
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    return (
+        "standbys", False,
+        f"standby {app or 'no application_name'} ({addr or 'local socket'}) holds rows "
+        f"{int(behind)} transactions back through hot_standby_feedback{more}: {HELD}; "
+        "end the long query or transaction on that standby, or turn hot_standby_feedback "
+        "off there (its queries may then be cancelled)",
     )  # fmt: skip
 
 

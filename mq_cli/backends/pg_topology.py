@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from mq_cli.backends.engines import Engine, postgres_engine
 from mq_cli.core.dburl import DatabaseSettings
 
 log = logging.getLogger("mq")
@@ -51,6 +52,16 @@ def probe_session(conn: Any) -> tuple[bool, bool]:
     """(a pooler answered the startup, the server is in recovery), in one round trip."""
     pid, recovering = conn.execute("SELECT pg_backend_pid(), pg_is_in_recovery()").fetchone()
     return int(pid) != int(conn.info.backend_pid), bool(recovering)
+
+
+def probe_engine(conn: Any, sql: dict[str, str], table: str) -> Engine:
+    """What answers behind the URL, named from its banner and catalog (see engines.py)."""
+    version, number, citus = conn.execute(sql["engine"]).fetchone()
+    distributed = False
+    if citus:
+        row = conn.execute(sql["citus_distributed"], (f'"{table}"',)).fetchone()
+        distributed = bool(row[0])
+    return postgres_engine(str(version), int(number), bool(citus), distributed)
 
 
 def pool_mode(settings: DatabaseSettings, detected: bool) -> str:

@@ -15,7 +15,7 @@ from mq_cli.backends.dialects import Dialect, LazyDriver, OpenOptions, driver_in
 from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
 from mq_cli.backends.liveness import lock_key
 from mq_cli.backends.pg_claims import PgClaims
-from mq_cli.backends.pg_horizon import horizon
+from mq_cli.backends.pg_horizon import facts, horizon
 from mq_cli.backends.sqlcore import SqlBackend, Tx
 from mq_cli.backends.sqlfiles import queries as dialect_queries
 from mq_cli.core.dburl import DatabaseSettings
@@ -40,8 +40,6 @@ else:
 
 #: identifiers are at most 63 bytes: room for the longest name mq derives, `<table>_unique`
 MAX_TABLE = 63 - len("_unique")
-#: the oldest server mq runs on (WITH ... AS MATERIALIZED)
-MIN_VERSION = 120000
 #: deadlock, serialization failure, lock timeout: the statement changed nothing, run it again
 RETRYABLE = {"40P01", "40001", "55P03"}
 UNDEFINED_TABLE = "42P01"
@@ -177,18 +175,17 @@ class PostgresBackend(PgClaims):
             conn = psycopg.connect(**options)
         except psycopg.Error as exc:
             raise self._wrap(exc, connecting=True) from None
-        version = conn.info.server_version
-        if version < MIN_VERSION:
-            conn.close()
-            raise DatabaseError(
-                f"{s.describe()} runs PostgreSQL {version // 10000}: mq needs 12 or later"
-            )
-        self.version = version
-        try:
-            self.pooler_seen, self.in_recovery = topology.probe_session(conn)
+        try:  # named before anything else runs on it (backends/engines.py)
+            self.engine = topology.probe_engine(conn, self._sql, self.table)
+            if self.engine.accepted:
+                self.pooler_seen, self.in_recovery = topology.probe_session(conn)
         except psycopg.Error as exc:
             conn.close()
             raise self._wrap(exc, connecting=True) from None
+        if not self.engine.accepted:
+            conn.close()
+            self.engine.refuse(s.describe())
+        self.version = conn.info.server_version
         self.pool_mode = topology.pool_mode(s, self.pooler_seen)
         if self.pooler_seen:
             conn.prepare_threshold = None  # the probe ran once: nothing is prepared yet
@@ -313,7 +310,8 @@ class PostgresBackend(PgClaims):
         return True, f"PostgreSQL {major}.{minor}, SKIP LOCKED claims in one statement"
 
     def route_checks(self) -> list[tuple[str, bool, str, bool]]:
-        return topology.checks(self.settings, self.pool_mode, self.pooler_seen)
+        engine = ("engine", True, f"{self.engine.name}: {self.engine.detail}", False)
+        return [engine, *topology.checks(self.settings, self.pool_mode, self.pooler_seen)]
 
     # -- schema: the storage parameters of a delete-heavy table ------------------
 
@@ -326,6 +324,9 @@ class PostgresBackend(PgClaims):
             if not any(line.startswith("created table") for line in done):
                 done.append(f"set the table's storage parameters: {_storage()}")
         return done
+
+    def vacuum_horizon(self) -> dict[str, Any]:
+        return facts(lambda name: self._rows(self._sql[name]))
 
     def health(self) -> list[Found]:
         found: list[Found] = list(

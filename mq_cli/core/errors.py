@@ -53,6 +53,11 @@ class SchemaMismatch(DatabaseError):
     """The table's schema version or shape is not what this mq works with."""
 
 
+class EngineRefused(DatabaseError):
+    """The server is an engine whose semantics break one of mq's guarantees (TiDB,
+    CockroachDB, ...: backends/engines.py); nothing was run on it."""
+
+
 class Deadlock(DatabaseError):
     """A deadlock or lock-wait timeout that survived its retries."""
 

@@ -8,7 +8,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mq_cli.core.errors import MqError
+from mq_cli.core.errors import EngineRefused, MqError
 
 if TYPE_CHECKING:
     from mq_cli.backends.base import Backend
@@ -44,6 +44,8 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
         backend = open_backend(
             config.database, config.table, create=False, lock_dir=config.lock_dir, standby_ok=True
         )
+    except EngineRefused as exc:
+        results.append(Check("engine", False, str(exc)))
     except MqError as exc:
         results.append(Check("database", False, str(exc)))
     else:

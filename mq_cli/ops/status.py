@@ -87,6 +87,8 @@ class Status:
     queues: dict[str, QueueStatus]
     #: owners of unended runs whose lock is free: killed, whatever seen_at says
     dead: frozenset[str] = frozenset()
+    #: PostgreSQL: what holds the vacuum horizon (backends/pg_horizon.facts); None elsewhere
+    vacuum_horizon: dict[str, Any] | None = None
 
     def drain_row(self, run: Run) -> list[object]:
         """A live drain as the text and the HTML views show it: drain, queue, running
@@ -157,6 +159,7 @@ class Status:
                 }
                 for name, q in self.queues.items()
             },
+            **({"vacuum_horizon": self.vacuum_horizon} if self.vacuum_horizon is not None else {}),
         }
 
 
@@ -231,7 +234,8 @@ def read(mq: Reader, backend: Backend, queue: str | None = None) -> Status:
     dead = frozenset(backend.dead_owners(unended)) if unended else frozenset()
     live = [r for r in live if r.owner not in dead]
     held = backend.held_by_owner({r.queue for r in live if r.queue}) if live else {}
-    return Status(now, [r for r in live if wanted(r)], held, runs, queues, dead)
+    horizon = backend.vacuum_horizon()
+    return Status(now, [r for r in live if wanted(r)], held, runs, queues, dead, horizon)
 
 
 # -- text ----------------------------------------------------------------------

@@ -51,10 +51,11 @@ SET SESSION wait_timeout = GREATEST(@@session.wait_timeout, 28800)
 -- name: server_info
 -- @@wsrep_on exists on MariaDB (a Galera node when ON), not on MySQL.
 SELECT VERSION(), @@max_allowed_packet, @@auto_increment_increment, @@innodb_autoinc_lock_mode,
-       @@wsrep_on
+       @@wsrep_on, @@version_comment
 
 -- name: server_info_mysql
-SELECT VERSION(), @@max_allowed_packet, @@auto_increment_increment, @@innodb_autoinc_lock_mode, 0
+SELECT VERSION(), @@max_allowed_packet, @@auto_increment_increment, @@innodb_autoinc_lock_mode, 0,
+       @@version_comment
 
 -- name: galera_status
 SHOW STATUS WHERE Variable_name IN

@@ -431,6 +431,15 @@ SELECT gid, EXTRACT(EPOCH FROM now() - prepared), owner, database, age(transacti
 FROM pg_prepared_xacts
 ORDER BY prepared
 
+-- name: standby_horizons
+-- Standbys whose hot_standby_feedback holds the horizon: backend_xmin is the
+-- oldest snapshot of a query running there (a standby on a slot reports it
+-- through the slot's xmin instead), oldest first.
+SELECT application_name, host(client_addr), age(backend_xmin)
+FROM pg_stat_replication
+WHERE backend_xmin IS NOT NULL
+ORDER BY age(backend_xmin) DESC
+
 -- name: slot_horizons
 -- Replication slots that keep old rows (xmin: every table; catalog_xmin: the
 -- catalogs), oldest first.
@@ -724,3 +733,14 @@ SELECT 1 FROM "{table}" WHERE queue = %s AND status = 'ready' AND available_at <
 UNION ALL
 SELECT 1 FROM "{table}" WHERE queue = %s AND status = 'delayed' AND available_at <= now()
 LIMIT 1
+
+-- name: engine
+-- The server's own banner, its version number and whether Citus is installed
+-- (backends/engines.py names the engine from them). Unqualified version(): the
+-- catalog's, unless a search_path puts another schema before pg_catalog.
+SELECT version(), current_setting('server_version_num')::int,
+       EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')
+
+-- name: citus_distributed
+-- pg_dist_partition exists only with Citus: a row for a distributed table.
+SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = to_regclass(%s))

@@ -1,0 +1,32 @@
+"""What callers read about a backend beside its operations: what its dialect can do
+(Caps), what its table looks like (Shape), one line of `mq check` (Found)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: one `mq check` line: (name, ok, text) or (name, ok, text, warn)
+Found = tuple[str, bool, str] | tuple[str, bool, str, bool]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the database says the table looks like."""
+
+    columns: frozenset[str]
+    #: index name -> unique
+    indexes: dict[str, bool]
+
+
+@dataclass(frozen=True)
+class Caps:
+    """What a dialect can do that others cannot: read where behaviour differs, so no
+    caller tests a dialect's name (River's driver interface has the same idea)."""
+
+    #: its drains all run on one host: a drain's liveness and its fleet slots are
+    #: flocks on files (lock_dir, beside the database), not session locks or rows
+    file_locks: bool = False
+    #: its own consistency check is cheap enough for `mq check` (integrity())
+    integrity_check: bool = False
+    #: the unique-key index lives on unique_slot (schema version 2's migration)
+    unique_slot: bool = False
