@@ -33,30 +33,6 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 #: the backends every contract test runs on
 KINDS = ["sqlite", "mysql", "postgres"]
 
-# The long fault scenarios (marker `serial`) run one after another in lanes of
-# their own beside the rest of the suite (tests/run.sh: pytest-xdist with
-# --dist loadgroup): each lane is one worker, so no two scenarios of a lane
-# overlap, and the two Galera modules (three private nodes each) share one.
-# Lanes are balanced by a quiet run's `--durations` (seconds, in the comments).
-SCENARIO_LANES = {
-    "test_server_restart": "a",  # 216
-    "test_soak": "b",  # 104
-    "test_galera": "b",  # 95
-    "test_fleet_galera": "b",  # 27
-    "test_cut_connections": "c",  # 85
-    "test_sqlite_contention": "c",  # 40
-    "test_failover": "c",  # 40
-    "test_netns": "c",  # 33
-}
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.get_closest_marker("serial"):
-            module = item.nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
-            lane = SCENARIO_LANES.get(module, "a")
-            item.add_marker(pytest.mark.xdist_group(f"scenarios-{lane}"))
-
 
 def _mysql_admin():
     import pymysql

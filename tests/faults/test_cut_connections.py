@@ -16,7 +16,7 @@ from tests.faults.harness import Loop, crontab
 from tests.faults.scenario import POISON, Scenario
 from tests.proxy import Proxy
 
-# serial: a long scenario; it runs in a lane of its own, one after another (tests/conftest.py).
+# serial: a long scenario whose timing is under test; it runs alone (tests/run.sh).
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 SECONDS = 35

@@ -20,7 +20,7 @@ from tests.faults.history import read
 from tests.fleet_helpers import enqueue, finish, host_config, intervals, most_at_once, spawn_drain
 from tests.servers import GaleraCluster, unavailable
 
-# serial: a long scenario; it runs in a lane of its own, one after another (tests/conftest.py).
+# serial: a long scenario whose timing is under test; it runs alone (tests/run.sh).
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 SLOW = "tests.faults.jobs:slow"
 

@@ -26,7 +26,7 @@ from tests.faults.scenario import BATCH, Scenario
 from tests.proxy import Proxy
 from tests.servers import GaleraCluster, unavailable
 
-# serial: a long scenario; it runs in a lane of its own, one after another (tests/conftest.py).
+# serial: a long scenario whose timing is under test; it runs alone (tests/run.sh).
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 GC_EVERY = 3.0

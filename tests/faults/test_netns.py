@@ -18,7 +18,7 @@ from tests.faults.harness import Forwarder, crontab
 from tests.faults.history import Disruption, read
 from tests.faults.scenario import BATCH, STALLED_AFTER, Scenario
 
-# serial: a long scenario; it runs in a lane of its own, one after another (tests/conftest.py).
+# serial: a long scenario whose timing is under test; it runs alone (tests/run.sh).
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 WORK = {"sleep": 0.1, "fail": 0.05}

@@ -18,7 +18,7 @@ from tests.faults.harness import DrainProc, chaos_monkey, crontab, wait_for
 from tests.faults.history import Disruption, read
 from tests.faults.scenario import BATCH, POISON, Scenario
 
-# serial: a long scenario; it runs in a lane of its own, one after another (tests/conftest.py).
+# serial: a long scenario whose timing is under test; it runs alone (tests/run.sh).
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 # Enough work that drains still hold messages when the second (long) outage

@@ -13,7 +13,7 @@ import pytest
 from tests.faults.harness import chaos_monkey, crontab
 from tests.faults.scenario import BATCH, POISON, Scenario
 
-# serial: a long scenario; it runs in a lane of its own, one after another (tests/conftest.py).
+# serial: a long scenario whose timing is under test; it runs alone (tests/run.sh).
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 SOAK_SECONDS = 45
