@@ -4,9 +4,10 @@
 # (tests/postgres.sh), pgbouncer (tests/pgbouncer.sh), libfaketime
 # (tests/faketime.sh), headless Chromium (tests/chromium.sh), then pytest.
 # Extra arguments go to pytest, e.g. `tests/run.sh -k drain -x`. Tests run in
-# MQ_TEST_WORKERS parallel processes (pytest-xdist, default 3; each test has
-# its own database, table, ports and lock dir), then the `serial` ones alone;
-# `tests/run.sh -n 0` runs them in this process, one after another.
+# MQ_TEST_WORKERS parallel processes (pytest-xdist, default 6: most tests wait on
+# processes and servers, not on the CPU; each test has its own database, table,
+# ports and lock dir), then the `serial` ones in three lanes; `tests/run.sh -n 0`
+# runs them in this process, one after another.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,14 +19,15 @@ bash tests/postgres.sh
 bash tests/pgbouncer.sh
 bash tests/faketime.sh
 bash tests/chromium.sh
-workers=${MQ_TEST_WORKERS:-3}
+workers=${MQ_TEST_WORKERS:-6}
 if [ $# -gt 0 ]; then
-  exec .venv/bin/python -m pytest -n "$workers" "$@"
+  exec .venv/bin/python -m pytest -n "$workers" --dist worksteal "$@"
 fi
 # Everything in parallel but the long scenarios marked `serial` (server restarts,
-# failovers, Galera, cut connections), which then run one after another: their
-# timing is what they test, not how they fare beside each other on 2 cores.
+# failovers, Galera, cut connections), which then run in three lanes of their own
+# (tests/conftest.py, SCENARIO_LANES): their timing is what they test, so they
+# do not share the cores with the rest of the suite.
 status=0
-.venv/bin/python -m pytest -n "$workers" -m "not serial" || status=$?
-.venv/bin/python -m pytest -m serial || status=$?
+.venv/bin/python -m pytest -n "$workers" --dist worksteal -m "not serial" || status=$?
+.venv/bin/python -m pytest -n 3 --dist loadgroup -m serial || status=$?
 exit "$status"
