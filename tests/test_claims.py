@@ -310,3 +310,19 @@ def test_claim_acking_deletes_the_group_that_is_still_ours_and_claims_the_next(d
         assert (deleted, [m.id for m in batch]) == (2, [ids[5]])
         assert (deleted2, rest) == (1, [])
         assert db.sql("SELECT id FROM mq_messages") == [(first[2],)]
+
+
+def test_a_rate_limited_claim_that_finds_every_message_held_takes_none_and_keeps_its_tokens(db):
+    # Two drains, the last messages: the other drain holds them when this one's
+    # tokens are granted. PostgreSQL's one-statement claim then answers with a row
+    # of NULLs ("selected none"), which must not become a message or a crash.
+    with backend_for(db) as b:
+        fill(b, "r", 2)
+        assert len(b.claim("r", 2, "drain-a")) == 2
+        messages, throttled = b.claim_limited("r", 5, "drain-b", 10.0, 0.0)
+        assert messages == [] and throttled is None
+        per_second, tokens, _ = b.rate_state("r")
+        assert per_second == 10.0 and tokens >= 9.99  # granted, then refunded
+        (ident,) = fill(b, "r", 1)
+        messages, _ = b.claim_limited("r", 5, "drain-b", 10.0, 0.0)
+        assert [m.id for m in messages] == [ident]

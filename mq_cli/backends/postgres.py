@@ -342,11 +342,6 @@ class PostgresBackend(PgClaims):
 
     # -- claims and inserts -------------------------------------------------------
 
-    def _claim_rows(self, tx: Tx, queue: str, limit: int, owner: str) -> list[Any]:
-        rows = tx.rows(self._sql["claim"], (queue, limit, owner))
-        rows.sort(key=lambda row: (-row[2], row[5], row[0]))
-        return rows
-
     def explain_claim(self, queue: str, limit: int) -> list[str]:
         # The real statement (EXPLAIN alone runs nothing): the CTE's plan is the claim's.
         statement = "EXPLAIN " + self._sql["claim"]
