@@ -44,10 +44,16 @@ def finish(procs: list[subprocess.Popen], timeout: float = 120) -> list[dict]:
     """Wait for every drain; their JSON reports (each must exit 0)."""
     reports = []
     end = time.monotonic() + timeout
-    for proc in procs:
-        out, err = proc.communicate(timeout=max(end - time.monotonic(), 1))
-        assert proc.returncode == 0, err.decode()
-        reports.append(json.loads(out))
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=max(end - time.monotonic(), 1))
+            assert proc.returncode == 0, err.decode()
+            reports.append(json.loads(out))
+    finally:  # a failure here must not leave drains (and their pipes) to the next test
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
     return reports
 
 
