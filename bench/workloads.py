@@ -426,6 +426,8 @@ def scale(t: Target, measure: int, big: int) -> list[dict[str, Any]]:
 
     Rows are bulk-loaded server-side and the claim is EXPLAINed right after the
     load, with whatever statistics the server has then (FIELD-NOTES trap 1).
+    PostgreSQL's table is then vacuumed and analyzed as its autovacuum would
+    have done within a minute of the load (Target.settle), and EXPLAINed again.
     Then `mq drain --max-messages` through the CLI on the same table.
     """
     results = []
@@ -441,6 +443,11 @@ def scale(t: Target, measure: int, big: int) -> list[dict[str, Any]]:
             load += t.fill(sized(rows), **fill)
         load += t.fill(ready)
         plan = t.explain(100)
+        settled = None
+        if t.kind == "postgres":  # as autovacuum leaves a bulk-loaded table (Target.settle)
+            started = time.perf_counter()
+            t.settle()
+            settled = {"seconds": time.perf_counter() - started, "explain": t.explain(100)}
         take = min(measure, ready)
         argv = [PY, INPROC, "claim-loop", str(t.config), "--count", str(take), "--batch", "100"]
         argv += ["--max-seconds", "30"]
@@ -458,6 +465,7 @@ def scale(t: Target, measure: int, big: int) -> list[dict[str, Any]]:
             "others": sum(sized(rows) for rows, _ in others),
             "load_seconds": load,
             "explain": plan,
+            "settled": settled,
             "claim_rate": claim["claim_rate"],
             "ms_per_claim": claim["ms_per_claim"],
             "claimed": claim["claimed"],
@@ -477,6 +485,8 @@ def table_bytes(t: Target) -> int:
     if t.kind == "sqlite":
         assert t.path
         return sum(os.path.getsize(t.path + s) for s in ("", "-wal") if os.path.exists(t.path + s))
+    if t.kind == "postgres":
+        return int(t.query("SELECT pg_total_relation_size(?::regclass)", (TABLE,))[0][0])
     rows = t.query(
         "SELECT DATA_LENGTH + INDEX_LENGTH FROM information_schema.TABLES "
         "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
