@@ -1,5 +1,6 @@
 """mq's benchmark: throughput, scale, memory and cold start on MariaDB and SQLite,
-against the floor (mq's own SQL in a bare loop) and peers (RQ, huey).
+against the floor (mq's own SQL in a bare loop) and peers (RQ, huey); the scale
+section on PostgreSQL too.
 
 Run it with `bench/run` (which sets up bench/.venv); see bench/README.md.
 Prints a Markdown table, writes bench/results/latest.json and a plot.
@@ -89,12 +90,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--backend",
         action="append",
-        choices=["mysql", "sqlite"],
-        help="only this database (repeatable)",
+        choices=["mysql", "postgres", "sqlite"],
+        help="only this database (repeatable); PostgreSQL is measured by the scale section only",
     )
     parser.add_argument(
         "--mysql-url", default="mysql://root@127.0.0.1:3306/mqbench",
         help="MariaDB to use; its database (default mqbench) is DROPPED and recreated",
+    )  # fmt: skip
+    parser.add_argument(
+        "--pg-url", default="postgresql://postgres@127.0.0.1:5432/mqbench",
+        help="PostgreSQL to use (scale section); its database (default mqbench) is DROPPED "
+        "and recreated, through the server's 'postgres' database",
     )  # fmt: skip
     parser.add_argument(
         "--redis-url", default="redis://127.0.0.1:6379/15",
@@ -120,7 +126,9 @@ class Bench:
         self.sizes = QUICK if args.quick else FULL
         self.sections = args.only or SECTIONS
         self.workdir = Path(tempfile.mkdtemp(prefix="mqbench-"))
-        kinds = args.backend or ["mysql", "sqlite"]
+        kinds = args.backend or ["mysql", "sqlite", "postgres"]
+        if "scale" not in self.sections:  # PostgreSQL: the scale section only
+            kinds = [k for k in kinds if k != "postgres"]
         db_name = args.mysql_url.rstrip("/").rsplit("/", 1)[-1]
         if "mysql" in kinds and not db_name.startswith("mqbench"):
             raise SystemExit(
@@ -130,9 +138,14 @@ class Bench:
         for kind in kinds:
             if kind == "mysql":
                 self.targets.append(Target("mysql", args.mysql_url, self.workdir / "mysql"))
+            elif kind == "postgres":
+                common.pg_database(args.pg_url)  # refuses a name not starting with mqbench
+                self.targets.append(Target("postgres", args.pg_url, self.workdir / "postgres"))
             else:
                 path = self.workdir / "sqlite" / "mq.db"
                 self.targets.append(Target("sqlite", f"sqlite:///{path}", self.workdir / "sqlite"))
+        # The sections other than scale drive MariaDB and SQLite (floor.py, peers, ...).
+        self.classic = [t for t in self.targets if t.kind != "postgres"]
         self.results: dict[str, Any] = {}
         common.QUIET["max_wait"] = args.wait_quiet
         self.code, self.code_fingerprint = use_code(args.code, self.workdir)
@@ -186,6 +199,8 @@ class Bench:
         if any(t.kind == "mysql" for t in self.targets):
             r["meta"]["mariadb"] = mariadb_settings(self.args.mysql_url)
             r["meta"]["other_db_sessions_at_start"] = other_db_clients(self.args.mysql_url)
+        if any(t.kind == "postgres" for t in self.targets):
+            r["meta"]["postgres"] = common.postgres_settings(self.args.pg_url)
         for t in self.targets:
             t.create()
         try:
@@ -214,6 +229,9 @@ class Bench:
             if any(t.kind == "mysql" for t in self.targets):
                 r["meta"]["other_db_sessions_at_end"] = other_db_clients(self.args.mysql_url)
             r["meta"]["seconds"] = time.time() - started
+            for t in self.targets:
+                if t.kind == "postgres":
+                    t.drop()
             shutil.rmtree(self.workdir, ignore_errors=True)
         return r
 
@@ -222,7 +240,7 @@ class Bench:
     def enqueue(self) -> None:
         n = self.sizes["enqueue"]
         out = self.results.setdefault("enqueue", {})
-        for t in self.targets:
+        for t in self.classic:
             log(f"== enqueue {n} messages, {t.label}")
             row: dict[str, Any] = {}
             if self.want("floor"):
@@ -248,13 +266,13 @@ class Bench:
     def coldstart(self) -> None:
         log("== cold start")
         self.results["coldstart"] = self.unit(
-            w.cold_start, self.targets, self.sizes["cold_runs"], self.workdir
+            w.cold_start, self.classic, self.sizes["cold_runs"], self.workdir
         )
 
     def drain(self) -> None:
         n = self.sizes["drain"]
         out = self.results.setdefault("drain", {})
-        for t in self.targets:
+        for t in self.classic:
             log(f"== drain {n} messages, no-op Python handler, {t.label}")
             rows = out.setdefault(t.kind, {"mq": [], "floor": [], "floor_batch_delete": []})
             if self.want("drain"):
@@ -304,7 +322,7 @@ class Bench:
     def exec_drain(self) -> None:
         n = self.sizes["exec"]
         out = self.results.setdefault("exec", {})
-        for t in self.targets:
+        for t in self.classic:
             log(f"== drain {n} messages, exec:/bin/true, {t.label}")
             rows = []
             for batch in BATCHES:
@@ -322,7 +340,7 @@ class Bench:
             f"== runner: a message through PythonRunner {out['micro']['runner_us']:.1f} us, "
             f"inline {out['micro']['inline_us']:.1f} us"
         )
-        for t in self.targets:
+        for t in self.classic:
             rows = [self.unit(w.runner_cost, t, n, batch) for batch in (10, 100)]
             for r in rows:
                 log(
@@ -341,7 +359,7 @@ class Bench:
 
     def memory(self) -> None:
         out = self.results.setdefault("memory", {})
-        for t in self.targets:
+        for t in self.classic:
             log(f"== memory, {t.label}")
             n = self.sizes["memory_drain"]
             d = self.unit(w.mq_drain, t, n, 100, 1, watch=True)

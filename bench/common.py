@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import resource
 import shutil
 import sqlite3
@@ -109,7 +110,7 @@ def payload(n: int, size: int = PAYLOAD_SIZE) -> bytes:
 # -- other people's load ------------------------------------------------------
 
 TICK = os.sysconf("SC_CLK_TCK")
-SERVERS = ("mariadbd", "mysqld", "redis-server")
+SERVERS = ("mariadbd", "mysqld", "redis-server", "postgres")
 QUIET = {"max_wait": 0.0, "threshold": 0.2}  # set from --wait-quiet
 _last_noise: dict[str, float] = {}
 
@@ -409,11 +410,38 @@ def mysql_connect(url: str, database: bool = True, **extra: Any) -> Any:
     )
 
 
+PG_NAME = re.compile(r"^mqbench[a-z0-9_]*$")
+
+
+def pg_database(url: str) -> str:
+    """The bench database of a PostgreSQL URL; only names starting with mqbench (it is dropped)."""
+    name = urlsplit(url).path.lstrip("/")
+    if not PG_NAME.match(name):
+        raise SystemExit(
+            f"bench: refusing to drop database {name!r}: use a name starting with mqbench "
+            "(lowercase letters, digits, _)"
+        )
+    return name
+
+
+def pg_connect(url: str, database: str | None = None) -> Any:
+    """A psycopg connection (autocommit, TLS off as on this machine); ``database`` overrides the URL's."""
+    import psycopg
+
+    if database is not None:
+        parts = urlsplit(url)
+        url = parts._replace(path="/" + database).geturl()
+    return psycopg.connect(url, autocommit=True, sslmode="disable")
+
+
+LABELS = {"mysql": "MariaDB", "postgres": "PostgreSQL", "sqlite": "SQLite"}
+
+
 @dataclass
 class Target:
     """One database under test: its URL, an mq config file, and bulk helpers."""
 
-    kind: str  # "mysql" or "sqlite"
+    kind: str  # "mysql", "postgres" or "sqlite"
     url: str
     workdir: Path
     config: Path = field(init=False)
@@ -440,7 +468,7 @@ class Target:
 
     @property
     def label(self) -> str:
-        return "MariaDB" if self.kind == "mysql" else "SQLite"
+        return LABELS[self.kind]
 
     def env(self, **extra: str) -> dict[str, str]:
         return mq_env(**extra)
@@ -456,12 +484,24 @@ class Target:
                 cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
                 cur.execute(f"CREATE DATABASE `{name}`")
             conn.close()
+        elif self.kind == "postgres":
+            name = pg_database(self.url)  # validated: [a-z0-9_], starts with mqbench
+            with pg_connect(self.url, "postgres") as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                conn.execute(f'CREATE DATABASE "{name}"')
         else:
             assert self.path
             for suffix in ("", "-wal", "-shm"):
                 if os.path.exists(self.path + suffix):
                     os.remove(self.path + suffix)
         self.reset()
+
+    def drop(self) -> None:
+        """PostgreSQL: drop the bench database at the end (the shared server keeps nothing)."""
+        if self.kind == "postgres":
+            name = pg_database(self.url)
+            with pg_connect(self.url, "postgres") as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     def reset(self) -> None:
         """An empty queue table with mq's schema (dropped and recreated: fresh statistics)."""
@@ -470,6 +510,9 @@ class Target:
             with conn.cursor() as cur:
                 cur.execute(f"DROP TABLE IF EXISTS `{TABLE}`, `{TABLE}_meta`")
             conn.close()
+        elif self.kind == "postgres":
+            with pg_connect(self.url) as conn:
+                conn.execute(f'DROP TABLE IF EXISTS "{TABLE}", "{TABLE}_meta"')
         else:
             conn = self.sqlite()
             conn.execute(f'DROP TABLE IF EXISTS "{TABLE}"')
@@ -500,6 +543,10 @@ class Target:
                 rows = list(cur.fetchall())
             conn.close()
             return rows
+        if self.kind == "postgres":
+            with pg_connect(self.url) as conn:
+                cur = conn.execute(sql.replace("?", "%s"), params)
+                return list(cur.fetchall()) if cur.description else []
         conn = self.sqlite()
         rows = conn.execute(sql, params).fetchall()
         conn.close()
@@ -550,6 +597,17 @@ class Target:
                     )
                     done += step
             conn.close()
+        elif self.kind == "postgres":
+            with pg_connect(self.url) as conn:
+                conn.execute(
+                    f'INSERT INTO "{TABLE}" (queue, status, priority, available_at, created_at, '  # noqa: S608
+                    "error_count, unique_key, payload) "
+                    "SELECT %s, %s, %s, now() + make_interval(secs => %s), now(), %s, "
+                    "CASE WHEN %s::text IS NULL THEN NULL ELSE %s::text || x END, "
+                    "convert_to('{\"n\":' || x || ',\"pad\":\"' || %s || '\"}', 'UTF8') "
+                    "FROM generate_series(1, %s) AS x",
+                    (queue, status, priority, delay_seconds, errors, keys, keys, pad, n),
+                )  # fmt: skip
         else:
             conn = self.sqlite()
             conn.execute("BEGIN IMMEDIATE")
@@ -565,6 +623,20 @@ class Target:
             conn.execute("COMMIT")
             conn.close()
         return time.perf_counter() - started
+
+    def settle(self) -> None:
+        """PostgreSQL: VACUUM (ANALYZE) the queue table, as autovacuum leaves it after a bulk load.
+
+        On PostgreSQL >= 13 a bulk INSERT triggers autovacuum's insert threshold
+        (1,000 rows + 20 %), and the analyze threshold (50 + 10 %): within a
+        naptime (1 min) of the load a user's table is vacuumed (visibility map
+        set) and analyzed. The shared server here runs with autovacuum off, so
+        the bench does it itself. MariaDB and SQLite: nothing, as in their earlier
+        runs (InnoDB recalculates its statistics on its own after a large change).
+        """
+        if self.kind == "postgres":
+            with pg_connect(self.url) as conn:
+                conn.execute(f'VACUUM (ANALYZE) "{TABLE}"')
 
     def explain(self, limit: int = 100) -> list[str]:
         from mq_cli.backends import open_backend
@@ -730,6 +802,13 @@ def mariadb_settings(url: str) -> dict[str, Any]:
     result = dict(zip(names, [str(v) for v in row], strict=True))
     result["mq_session_isolation"] = session
     return result
+
+
+def postgres_settings(url: str) -> dict[str, Any]:
+    names = ["server_version", "autovacuum", "autovacuum_naptime", "shared_buffers",
+             "synchronous_commit", "fsync", "random_page_cost", "effective_cache_size"]  # fmt: skip
+    with pg_connect(url, "postgres") as conn:
+        return {n: str(conn.execute(f"SHOW {n}").fetchone()[0]) for n in names}
 
 
 def other_db_clients(url: str) -> int:

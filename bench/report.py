@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-LABEL = {"mysql": "MariaDB", "sqlite": "SQLite"}
+LABEL = {"mysql": "MariaDB", "postgres": "PostgreSQL", "sqlite": "SQLite"}
 
 
 def _best(rows: list[dict[str, Any]], **match: Any) -> dict[str, Any] | None:
@@ -111,7 +111,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             _ratio(lines["rate"] if lines else None, floor["rate"] if floor else None), 0.7, True,
             f"mq {lines['rate']:.0f} vs floor {floor['rate']:.0f} msg/s" if lines and floor else "",
         ))  # fmt: skip
-    for kind in kinds or ["mysql", "sqlite"]:
+    for kind in [k for k in ("mysql", "sqlite", "postgres") if k in results.get("scale", {})]:
         rows = results.get("scale", {}).get(kind, [])
         for row in rows[1:]:  # each against the 10k baseline, claim and whole drain
             for what in ("claim", "drain"):
@@ -402,17 +402,26 @@ def render(results: dict[str, Any]) -> str:
         plans = []
         for kind, items in scale.items():
             base = items[0]["claim_rate"] if items else None
+            drain_base = items[0]["drain_rate"] if items else None
             for s in items:
                 rows.append([
                     LABEL[kind], s["scenario"], _fmt(s["claim_rate"]), _fmt(s["ms_per_claim"], 2),
-                    _fmt(_ratio(s["claim_rate"], base), 2), _fmt(s["drain_rate"]), _fmt(s["load_seconds"], 1),
+                    _fmt(_ratio(s["claim_rate"], base), 2), _fmt(s["drain_rate"]),
+                    _fmt(_ratio(s["drain_rate"], drain_base), 2), _fmt(s["load_seconds"], 1),
                 ])  # fmt: skip
                 plans.append(
                     f"{LABEL[kind]}, {s['scenario']}:\n"
                     + "\n".join(f"    {p}" for p in s["explain"])
                 )
+                if s.get("settled"):
+                    plans.append(
+                        f"{LABEL[kind]}, {s['scenario']}, after VACUUM (ANALYZE) "
+                        f"({s['settled']['seconds']:.1f} s):\n"
+                        + "\n".join(f"    {p}" for p in s["settled"]["explain"])
+                    )
         out.append(table(
-            ["database", "table holds", "claimed msg/s", "ms per claim", "vs 10k", "mq drain msg/s", "load s"],
+            ["database", "table holds", "claimed msg/s", "ms per claim", "claim vs 10k",
+             "mq drain msg/s", "drain vs 10k", "load s"],
             rows,
         ))  # fmt: skip
         out.append(
