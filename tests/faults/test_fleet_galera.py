@@ -90,13 +90,16 @@ def test_a_killed_drain_frees_its_fleet_slot_after_stalled_after(galera_db, tmp_
     holder.send_signal(signal.SIGKILL)
     holder.communicate()
     killed = time.monotonic()
+    # The holder's last heartbeat is at most stalled_after/3 old at the kill, so a
+    # drain that starts stalled_after after it finds the slot free. Judged by when
+    # each drain began, not by when it ended: a loaded machine slows the ending.
     while True:
+        began = time.monotonic()
         report = finish([spawn_drain(db, second, history, "-q", "fl")])[0]
         if report["succeeded"]:
             break
-        assert time.monotonic() - killed < bound + 3.0, "the slot stayed taken"
+        assert began - killed < bound, "the slot stayed taken past stalled_after"
         time.sleep(0.2)
-    assert time.monotonic() - killed < bound + 3.0
 
 
 def test_rate_limit_holds_across_nodes(galera_db, tmp_path):
