@@ -42,9 +42,16 @@ def record(path: str | os.PathLike[str], **fields: object) -> None:
         raise OSError(f"short write to {path}: {written} of {len(line)} bytes")
 
 
+#: The drain that started this handler process, read once at import (the drain is
+#: alive then: it waits for the handler to be ready). os.getppid() at each record
+#: says 1 when the drain was killed between its last look and the handler's first
+#: record, which left that run attributed to no drain and its kill unexplained.
+DRAIN = os.getppid()
+
+
 def event(path: str | os.PathLike[str], msg: str, kind: str) -> None:
     """The record a handler writes: which message, which process, what, when."""
-    record(path, msg=msg, pid=os.getpid(), drain=os.getppid(), event=kind, t=time.time())
+    record(path, msg=msg, pid=os.getpid(), drain=DRAIN, event=kind, t=time.time())
 
 
 def read(path: str | os.PathLike[str]) -> list[dict]:
