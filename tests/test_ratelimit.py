@@ -35,13 +35,15 @@ def test_handlers_start_no_faster_than_the_rate(db, tmp_path):
     configs = [host_config(tmp_path, db.url, h, "r", settings) for h in range(2)]
     history = tmp_path / "history.jsonl"
     enqueue(db, "r", 25, sleep=0)
-    began = time.monotonic()
+    began, spawned = time.monotonic(), time.time()
     reports = finish([spawn_drain(db, configs[i % 2], history, "-q", "r") for i in range(2)])
     took = time.monotonic() - began
     assert sum(r["succeeded"] for r in reports) == 25
     times = starts(history)
-    # A new bucket is full (one second's worth, 10), then 10 a second: 15 more take 1.5 s.
-    assert times[-1] - times[0] >= 1.3
+    # A new bucket is full (one second's worth, 10), then 10 a second: the last token
+    # is granted 1.5 s after the first. Judged from the spawn: the first handlers wait
+    # on their runner child's start-up, which a loaded machine slows.
+    assert times[-1] - spawned >= 1.4
     assert took < 6.0
     # Over any second: the rate, plus at most one second's worth saved up (and one
     # more at the window's edges: a handler starts a little after its token is granted).

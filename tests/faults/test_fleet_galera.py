@@ -108,11 +108,14 @@ def test_rate_limit_holds_across_nodes(galera_db, tmp_path):
     configs = [host_config(tmp_path, urls[h], h, "r", settings) for h in range(3)]
     history = tmp_path / "history.jsonl"
     enqueue(db, "r", 30, sleep=0)
+    spawned = time.time()
     reports = finish([spawn_drain(db, configs[h], history, "-q", "r") for h in range(3)])
     assert sum(r["succeeded"] for r in reports) == 30
     times = sorted(r["t"] for r in read(history) if r["event"] == "start")
-    # A full bucket (10), then 10 a second: 20 more take about 2 s.
-    assert times[-1] - times[0] >= 1.8
+    # A full bucket (10), then 10 a second: the last token is granted 2 s after the
+    # first. Judged from the spawn, not the first start: the first handlers wait on
+    # their runner child's start-up, which a loaded machine slows (1.65 s seen in CI).
+    assert times[-1] - spawned >= 1.9
     first = 0
     for last in range(len(times)):
         while times[last] - times[first] > 1.0:
