@@ -159,14 +159,14 @@ def insert(db: Db, queue: str, count: int, rows: int, size: int) -> dict[str, An
         params: list[Any] = []
         delay: Any = 0 if db.kind == "mysql" else "+0.000 seconds"
         for p in chunk:
-            params += (queue, 0, delay, None, p)
+            params += (queue, "ready", 0, delay, None, p)
         statement = sql["insert_returning" if returning else "insert"].replace("{values}", values)
 
         def once(statement: str = statement, params: list[Any] = params) -> int:
             db.cur.execute(statement, params)
             if returning:
                 return len(db.cur.fetchall())
-            return len(params) // 5
+            return len(chunk)
 
         stored += db.transaction(once)
     return {"stored": stored, "seconds": time.perf_counter() - started}
