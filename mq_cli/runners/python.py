@@ -201,7 +201,7 @@ class PythonRunner:
                 head = sent[0]
                 deadline = max(ended, head.sent_at) + timeout if timeout else None
                 frame = self._next_reply(pacer, deadline, timeout, take_back_unwanted)
-                self._pass_output_on()
+                self._output.to_stderr()
                 reply = frame if isinstance(frame, Outcome) else self._reply(frame, head.number)
                 if isinstance(reply, Outcome):  # the child is gone: nothing else started
                     sent.popleft()
@@ -339,6 +339,10 @@ class PythonRunner:
                     if not chunk:
                         return self._died()
                     buffer.feed(chunk)
+                    # The child flushes what a handler printed before its reply, so
+                    # reading it now puts it before every reply in this chunk.
+                    if self._ofd >= 0:
+                        self._read_output()
                 elif fd == self._pidfd:
                     exited = True
                 elif fd == self._ofd:
@@ -443,10 +447,12 @@ class PythonRunner:
             try:
                 chunk = os.read(self._rfd, READ_CHUNK)
             except BlockingIOError:
-                return
+                break
             if not chunk:
-                return
+                break
             self._buffer.feed(chunk)
+        if self._ofd >= 0:
+            self._read_output()
 
     def _read_output(self) -> None:
         """Take in what the handler printed so far (its pipe never blocks us)."""
