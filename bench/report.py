@@ -196,6 +196,53 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
+def postgres_heading(pg: dict[str, Any]) -> str:
+    """What the postgres section ran on: server, peers' versions, workload, load."""
+    server, versions = pg.get("server", {}), pg.get("versions", {})
+    loads = [" / ".join(f"{x:.1f}" for x in pg.get(k, [])) for k in ("load_before", "load_after")]
+    return (
+        f"PostgreSQL {server.get('server_version', '?')} (synchronous_commit="
+        f"{server.get('synchronous_commit', '?')}), "
+        + ", ".join(f"{name} {v}" for name, v in versions.items())
+        + f"; {pg['count']:,} messages of {pg.get('payload_bytes', '?')} bytes, no-op handler; "
+        f"best of {pg['rounds']} interleaved rounds; {pg.get('seconds', 0):.0f} s; "
+        f"load average {loads[0]} before, {loads[1]} after"
+    )
+
+
+def postgres_table(pg: dict[str, Any]) -> list[str]:
+    """The rows of the postgres section as bench/postgres.py prints them, then the ratios."""
+    procs = pg["procs"]
+    best = {(r["system"], r["parallel"]): r for r in pg["rows"]}
+    same = pg.get("same_enqueue", {})
+
+    def enqueue(system: str) -> str:
+        if system in same:  # loads with another row's enqueue: shown once, there
+            return ""
+        rates = [r["enqueue_rate"] for r in pg["rows"]
+                 if system in (r["system"], same.get(r["system"]))]  # fmt: skip
+        return _fmt(max(rates)) if rates else "–"
+
+    heads = [f"drain, {p} proc{'s' if p > 1 else ''}" for p in procs]
+    lines = [
+        "| what | enqueue msgs/s | " + " | ".join(heads) + " |",
+        "| --- | --- |" + " --- |" * len(procs),
+    ]
+    for system in pg.get("systems", []):
+        if not any((system, p) in best for p in procs):
+            continue
+        cells = " | ".join(_fmt(best[system, p]["rate"]) if (system, p) in best else "–"
+                           for p in procs)  # fmt: skip
+        lines.append(f"| {system} | {enqueue(system)} | {cells} |")
+    lines.append("")
+    for name, over, under in pg.get("ratios", []):
+        cells = [f"{best[over, p]['rate'] / best[under, p]['rate']:.2f}x at {p}"
+                 for p in procs if (over, p) in best and (under, p) in best]  # fmt: skip
+        if cells:
+            lines.append(f"- {name}: {', '.join(cells)}")
+    return lines
+
+
 def render(results: dict[str, Any]) -> str:
     meta = results.get("meta", {})
     out: list[str] = []
