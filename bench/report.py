@@ -493,7 +493,8 @@ def render(results: dict[str, Any]) -> str:
         rows = []
         for key, label in (("rq", "RQ burst worker (forks per job), Redis"),
                            ("rq_simple", "RQ SimpleWorker burst, Redis"),
-                           ("huey", "huey SqliteHuey consumer (threads)")):  # fmt: skip
+                           ("huey", "huey SqliteHuey consumer, -k thread -w N (its default worker type)"),
+                           ("huey_process", "huey SqliteHuey consumer, -k process -w N (fastest documented)")):  # fmt: skip
             items = peers.get(key, [])
             if items:
                 rows.append(
