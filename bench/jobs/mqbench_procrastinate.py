@@ -4,10 +4,9 @@
     python -c 'import mqbench_procrastinate as m; m.enqueue(N)'   # batch_defer, 1,000 a call
     python -c 'import mqbench_procrastinate as m; m.enqueue(N, "noop_async")'
 
-Two tasks doing the same nothing: `noop`, a plain function (procrastinate runs
-it in a thread), and `noop_async`, a coroutine: only async tasks gain from a
-worker's --concurrency (procrastinate's docs/howto/concurrency.md), so the
-fastest configuration defers that one.
+Two tasks doing the same nothing: `noop`, a plain function, and `noop_async`, a
+coroutine: procrastinate's docs/howto/concurrency.md explains a worker's
+--concurrency with async tasks, so its fastest configuration defers that one.
 
 (imported, not run as __main__: procrastinate warns about an app in __main__.)
 
