@@ -1,6 +1,7 @@
 """mq's benchmark: throughput, scale, memory and cold start on MariaDB and SQLite,
 against the floor (mq's own SQL in a bare loop) and peers (RQ, huey); the scale
-section on PostgreSQL too.
+section on PostgreSQL too, and the postgres section: PostgreSQL's drain against
+its floors and its peers (procrastinate, pgqueuer), through bench/postgres.py.
 
 Run it with `bench/run` (which sets up bench/.venv); see bench/README.md.
 Prints a Markdown table, writes bench/results/latest.json and a plot.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import sys
@@ -17,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import common
 import workloads as w
@@ -37,8 +40,10 @@ from common import (
 )
 from report import render, targets
 
-SECTIONS = ["enqueue", "coldstart", "floor", "drain", "exec", "runner", "scale", "memory", "peers"]
+SECTIONS = ["enqueue", "coldstart", "floor", "drain", "exec", "runner", "scale", "memory", "peers",
+            "postgres"]  # fmt: skip
 RESULTS = BENCH_DIR / "results"
+PEERS_VENV = BENCH_DIR / "peers-venv"  # procrastinate and pgqueuer: never mq's dependencies
 
 FULL = {
     "enqueue": 100_000,
@@ -54,6 +59,8 @@ FULL = {
     "rq": 2_000,
     "rq_simple": 2_000,
     "huey": 10_000,
+    "postgres": 5_000,  # MQ_BENCH_MESSAGES overrides it, as for bench/postgres.py
+    "postgres_rounds": 2,
 }
 QUICK = {
     "enqueue": 10_000,
@@ -69,6 +76,8 @@ QUICK = {
     "rq": 200,
     "rq_simple": 200,
     "huey": 1_000,
+    "postgres": 1_000,
+    "postgres_rounds": 1,
 }
 BATCHES = (1, 10, 100)
 PARALLEL = (1, 2, 4)
@@ -91,7 +100,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--backend",
         action="append",
         choices=["mysql", "postgres", "sqlite"],
-        help="only this database (repeatable); PostgreSQL is measured by the scale section only",
+        help="only this database (repeatable); PostgreSQL is measured by the scale and postgres "
+        "sections only",
     )
     parser.add_argument(
         "--mysql-url", default="mysql://root@127.0.0.1:3306/mqbench",
@@ -99,8 +109,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument(
         "--pg-url", default="postgresql://postgres@127.0.0.1:5432/mqbench",
-        help="PostgreSQL to use (scale section); its database (default mqbench) is DROPPED "
-        "and recreated, through the server's 'postgres' database",
+        help="PostgreSQL to use (scale and postgres sections); its database (default mqbench) "
+        "is DROPPED and recreated, through the server's 'postgres' database; the postgres "
+        "section also drops and recreates mqbench_pg, mqbench_procrastinate and mqbench_pgqueuer",
     )  # fmt: skip
     parser.add_argument(
         "--redis-url", default="redis://127.0.0.1:6379/15",
@@ -127,7 +138,7 @@ class Bench:
         self.sections = args.only or SECTIONS
         self.workdir = Path(tempfile.mkdtemp(prefix="mqbench-"))
         kinds = args.backend or ["mysql", "sqlite", "postgres"]
-        if "scale" not in self.sections:  # PostgreSQL: the scale section only
+        if not {"scale", "postgres"} & set(self.sections):  # PostgreSQL: these sections only
             kinds = [k for k in kinds if k != "postgres"]
         db_name = args.mysql_url.rstrip("/").rsplit("/", 1)[-1]
         if "mysql" in kinds and not db_name.startswith("mqbench"):
@@ -222,6 +233,8 @@ class Bench:
                 self.section("memory", self.memory)
             if self.want("peers"):
                 self.section("peers", self.peers)
+            if self.want("postgres") and any(t.kind == "postgres" for t in self.targets):
+                self.section("postgres", self.postgres)
         finally:
             r["meta"]["fsync"].append(fsync_latency(self.workdir))
             r["meta"]["code_at_end"] = code_fingerprint()
@@ -379,6 +392,24 @@ class Bench:
 
         log("== peers: RQ (Redis) and huey (SQLite), same no-op job")
         self.results["peers"] = run_peers(self.workdir, self.args.redis_url, self.sizes)
+
+    def postgres(self) -> None:
+        # Imported here: postgres.py puts the repository first on sys.path, which the
+        # sections before it must not see (they measure the --code snapshot).
+        import postgres as pg
+
+        count = int(os.environ.get("MQ_BENCH_MESSAGES", self.sizes["postgres"]))
+        log(f"== postgres: {count} messages, mq and its floors against procrastinate and "
+            "pgqueuer, interleaved rounds")  # fmt: skip
+        pg.ensure_peers(PEERS_VENV)
+        server = urlunsplit(urlsplit(self.args.pg_url)._replace(path="/postgres"))
+        bench = pg.Bench(server, PEERS_VENV, count, code=common.CODE or common.ROOT)
+        try:
+            self.results["postgres"] = pg.run_all(bench, PARALLEL, self.sizes["postgres_rounds"])
+        except SystemExit as exc:  # postgres.py's way to fail a run; not the bench's exit
+            raise RuntimeError(str(exc)) from None
+        finally:
+            bench.clean()
 
 
 def merge(old: Any, new: Any) -> Any:

@@ -162,11 +162,13 @@ def insert(db: Db, queue: str, count: int, rows: int, size: int) -> dict[str, An
             params += (queue, "ready", 0, delay, None, p)
         statement = sql["insert_returning" if returning else "insert"].replace("{values}", values)
 
-        def once(statement: str = statement, params: list[Any] = params) -> int:
+        def once(
+            statement: str = statement, params: list[Any] = params, n: int = len(chunk)
+        ) -> int:
             db.cur.execute(statement, params)
             if returning:
                 return len(db.cur.fetchall())
-            return len(chunk)
+            return n
 
         stored += db.transaction(once)
     return {"stored": stored, "seconds": time.perf_counter() - started}

@@ -1,5 +1,11 @@
 """Peers on the same no-op job: RQ's burst worker (forking and SimpleWorker) and huey's SQLite consumer.
 
+huey runs twice at each worker count: with its default worker type (`-k thread`)
+and with worker processes (`-k process`), the model its consumer help and docs
+name for CPU-bound work, which a no-op job is (huey's own dequeue and
+bookkeeping are all the work there is); greenlets (`-k greenlet`) would gain
+nothing, since sqlite3 calls block the whole hub.
+
 Both are timed like mq: from the launch of the worker processes to the moment
 the work is done (RQ: the burst workers exit; huey: its consumer never exits
 on its own, so the bench polls the pending count and stops it at zero).
@@ -101,9 +107,9 @@ def rq_run(url: str, count: int, workers: int, simple: bool) -> dict[str, Any]:
     }
 
 
-def huey_run(workdir: Path, count: int, workers: int) -> dict[str, Any]:
-    """``count`` no-op tasks in a fresh SqliteHuey file, then `huey_consumer -w workers`."""
-    db = workdir / f"huey-{workers}.db"
+def huey_run(workdir: Path, count: int, workers: int, kind: str = "thread") -> dict[str, Any]:
+    """``count`` no-op tasks in a fresh SqliteHuey file, then `huey_consumer -w workers -k kind`."""
+    db = workdir / f"huey-{kind}-{workers}.db"
     for suffix in ("", "-wal", "-shm"):
         if os.path.exists(f"{db}{suffix}"):
             os.remove(f"{db}{suffix}")
@@ -121,10 +127,8 @@ def huey_run(workdir: Path, count: int, workers: int) -> dict[str, Any]:
         mqbench_huey.noop(body)
     enqueue_seconds = time.perf_counter() - started
     assert huey.pending_count() == count
-    argv = [
-        str(BIN / "huey_consumer"), "mqbench_huey.huey",
-        "-w", str(workers), "-k", "thread", "-q", "-C", "-n",
-    ]  # fmt: skip
+    # -q: errors only, or the consumer would log two lines per task into our pipe.
+    argv = [str(BIN / "huey_consumer"), "mqbench_huey.huey", "-w", str(workers), "-k", kind, "-q"]
     wait_quiet()
     servers = _server_pids()
     before = cpu_snapshot(servers)
@@ -151,6 +155,7 @@ def huey_run(workdir: Path, count: int, workers: int) -> dict[str, Any]:
     return {
         "count": count,
         "workers": workers,
+        "worker_type": kind,
         "wall": wall,
         "rate": count / wall,
         "enqueue_rate": count / enqueue_seconds,
@@ -160,13 +165,14 @@ def huey_run(workdir: Path, count: int, workers: int) -> dict[str, Any]:
 
 
 def run_peers(workdir: Path, redis_url: str, sizes: dict[str, int]) -> dict[str, Any]:
-    out: dict[str, Any] = {"rq": [], "rq_simple": [], "huey": []}
+    out: dict[str, Any] = {"rq": [], "rq_simple": [], "huey": [], "huey_process": []}
     for workers in (1, 2, 4):
         for key, simple in (("rq", False), ("rq_simple", True)):
             r = rq_run(redis_url, sizes[key], workers, simple)
             log(f"  {key:9} workers={workers}: {r['rate']:8.0f} jobs/s ({r['count']} jobs)")
             out[key].append(r)
-        h = huey_run(workdir, sizes["huey"], workers)
-        log(f"  huey      workers={workers}: {h['rate']:8.0f} tasks/s ({h['count']} tasks)")
-        out["huey"].append(h)
+        for key, kind in (("huey", "thread"), ("huey_process", "process")):
+            h = huey_run(workdir, sizes["huey"], workers, kind)
+            log(f"  {key:12} workers={workers}: {h['rate']:8.0f} tasks/s ({h['count']} tasks)")
+            out[key].append(h)
     return out

@@ -17,11 +17,19 @@ statement or call:
 - mq: `mq drain -q q --batch-size 100 --concurrency P` started P times;
   `mq enqueue --lines`; mq group_ack: the same with a config whose queue says
   `group_ack: true` (one `DELETE ... IN` per group, as the second floor);
-- procrastinate: `procrastinate worker --one-shot --delete-jobs successful -c 1`
-  started P times; `Task.batch_defer`;
-- pgqueuer: `PgQueuer.run(batch_size=100, mode=drain)` started P times
-  (bench/jobs/mqbench_pgqueuer.py); `Queries.enqueue` with lists. Over asyncpg
-  (pgqueuer's README) and over a psycopg AsyncConnection (its PsycopgDriver).
+- procrastinate, each P worker processes started together: its defaults,
+  `procrastinate worker --one-shot` (one job at a time, finished jobs kept as
+  `succeeded`), and its fastest documented configuration, an async task and
+  `--concurrency 10 --delete-jobs successful` (docs/howto/concurrency.md:
+  sub-workers run async jobs side by side); `Task.batch_defer`;
+- pgqueuer (bench/jobs/mqbench_pgqueuer.py) started P times: `PgQueuer.run(mode=drain)`
+  with run()'s defaults (batch_size 10), over asyncpg (pgqueuer's README) and over
+  a psycopg AsyncConnection (its PsycopgDriver); and its fastest documented
+  configuration over asyncpg (docs/guides/performance-tuning.md and
+  docs/comparisons/benchmarks.md): batch_size 100 and `durability balanced`
+  (the log and statistics tables unlogged; `volatile` would also make the queue
+  itself unlogged, lost in a crash: not the guarantee mq gives);
+  `Queries.enqueue` with lists.
 
 The peers run from their own venv (--peers-venv, default bench/peers-venv,
 created with `pip install procrastinate pgqueuer[asyncpg,psycopg] psycopg[binary]`
@@ -29,7 +37,8 @@ when missing):
 they never become dependencies of mq. Every measurement gets a fresh database
 (mqbench_pg, mqbench_procrastinate, mqbench_pgqueuer; dropped afterwards).
 Best of --rounds (2) interleaved rounds. Prints a Markdown table, and under it
-the ratios issue 22 sets targets for (RATIOS).
+the ratios issue 22 sets targets for (RATIOS). bench/bench.py's `postgres`
+section runs the same measurements through run_all().
 """
 
 from __future__ import annotations
@@ -44,8 +53,10 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import psycopg
+from report import postgres_heading, postgres_table
 
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = ROOT / "bench" / "jobs"
@@ -56,13 +67,22 @@ from mq_cli.backends.postgres import queries  # noqa: E402
 MESSAGES = int(os.environ.get("MQ_BENCH_MESSAGES", 5_000))
 PAYLOAD = b'{"n": 1, "pad": "' + b"x" * 180 + b'"}'
 PEERS = ("procrastinate", "pgqueuer[asyncpg,psycopg]", "psycopg[binary]")
-SYSTEMS = ("floor: claim 100 + DELETE each", "floor: claim 100 + one DELETE ... IN per batch",
-           "mq", "mq group_ack", "procrastinate", "pgqueuer, asyncpg driver",
-           "pgqueuer, psycopg driver")  # fmt: skip
+FLOOR_EACH = "floor: claim 100 + DELETE each"
+FLOOR_BATCH = "floor: claim 100 + one DELETE ... IN per batch"
+PROCRASTINATE = "procrastinate, defaults (worker -c 1, jobs kept)"
+PROCRASTINATE_FAST = "procrastinate, async task, -c 10, --delete-jobs successful"
+PGQUEUER = "pgqueuer, asyncpg driver"  # run()'s defaults: batch_size 10
+PGQUEUER_FAST = "pgqueuer, asyncpg driver, batch_size 100, durability balanced"
+PGQUEUER_PSYCOPG = "pgqueuer, psycopg driver"
+SYSTEMS = (FLOOR_EACH, FLOOR_BATCH, "mq", "mq group_ack", PROCRASTINATE, PROCRASTINATE_FAST,
+           PGQUEUER, PGQUEUER_FAST, PGQUEUER_PSYCOPG)  # fmt: skip
+# Rows that load with another row's enqueue: their enqueue cell stays empty.
+SAME_ENQUEUE = {FLOOR_BATCH: FLOOR_EACH, "mq group_ack": "mq"}
 # The ratios printed under the table: (name, numerator row, denominator row).
-RATIOS = (("mq / commit-each floor", "mq", SYSTEMS[0]),
-          ("mq group_ack / one-statement floor", "mq group_ack", SYSTEMS[1]),
-          ("mq group_ack / pgqueuer (asyncpg)", "mq group_ack", "pgqueuer, asyncpg driver"))  # fmt: skip
+RATIOS = (("mq / commit-each floor", "mq", FLOOR_EACH),
+          ("mq group_ack / one-statement floor", "mq group_ack", FLOOR_BATCH),
+          ("mq group_ack / pgqueuer (asyncpg, fastest documented)", "mq group_ack",
+           PGQUEUER_FAST))  # fmt: skip
 DATABASES = {"procrastinate": "mqbench_procrastinate", "pgqueuer": "mqbench_pgqueuer"}
 
 
@@ -105,10 +125,11 @@ def floor_insert(url: str, count: int) -> None:
 
 
 class Bench:
-    def __init__(self, url: str, peers: Path, count: int) -> None:
+    def __init__(self, url: str, peers: Path, count: int, code: Path = ROOT) -> None:
         self.url = url
         self.peers = peers
         self.count = count
+        self.code = code  # the mq_cli measured: bench.py passes its snapshot (--code)
         self.tmp = Path(tempfile.mkdtemp(prefix="mqbench-pg-"))
 
     def target(self, database: str) -> str:
@@ -133,7 +154,7 @@ class Bench:
     def env(self, url: str, **extra: str) -> dict[str, str]:
         env = dict(os.environ, MQ_DATABASE_URL=url, MQBENCH_PG_URL=url + "?sslmode=disable")
         env.update(extra)
-        env["PYTHONPATH"] = f"{ROOT}:{JOBS}"
+        env["PYTHONPATH"] = f"{self.code}:{JOBS}"
         env["XDG_RUNTIME_DIR"] = str(self.tmp)  # mq's slot locks, away from anyone else's
         for name in ("MQ_CONFIG", "PROCRASTINATE_VERBOSE", "PROCRASTINATE_LOG_LEVEL"):
             env.pop(name, None)
@@ -201,28 +222,35 @@ class Bench:
         self.check("mq", left, sum(r["succeeded"] for r in reports))
         return self.count / took_in, self.count / took
 
-    def procrastinate(self, procs: int) -> tuple[float, float]:
+    def procrastinate(self, procs: int, fast: bool = False) -> tuple[float, float]:
         db = DATABASES["procrastinate"]
         url = self.fresh(db)
         cli = [str(self.peers / "bin" / "procrastinate"), "--app=mqbench_procrastinate.app",
                "--log-level", "warning"]  # fmt: skip
         self.group([[*cli, "schema", "--apply"]], url)
-        enqueue = "import sys, mqbench_procrastinate as m; m.enqueue(int(sys.argv[1]))"
+        task = "noop_async" if fast else "noop"
+        enqueue = "import sys, mqbench_procrastinate as m; m.enqueue(int(sys.argv[1]), sys.argv[2])"
         py = str(self.peers / "bin" / "python")
-        took_in, _ = self.group([[py, "-c", enqueue, str(self.count)]], url)
+        took_in, _ = self.group([[py, "-c", enqueue, str(self.count), task]], url)
         self.sql(db, "ANALYZE")
-        worker = [*cli, "worker", "--one-shot", "--delete-jobs", "successful", "-c", "1"]
+        worker = [*cli, "worker", "--one-shot"]
+        if fast:
+            worker += ["--concurrency", "10", "--delete-jobs", "successful"]
         took, _ = self.group([worker] * procs, url)
-        # Successful jobs are deleted: any row left is a job not done (or failed).
-        left = self.sql(db, "SELECT count(*) FROM procrastinate_jobs")
-        self.check("procrastinate", left, self.count - left)
+        # Deleted when done (fast), else kept as succeeded: either way, count what is not.
+        left = self.sql(db, "SELECT count(*) FROM procrastinate_jobs WHERE status <> 'succeeded'")
+        kept = self.sql(db, "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'")
+        self.check(PROCRASTINATE_FAST if fast else PROCRASTINATE, left,
+                   self.count - left if fast else kept)  # fmt: skip
         return self.count / took_in, self.count / took
 
-    def pgqueuer(self, procs: int, driver: str) -> tuple[float, float]:
+    def pgqueuer(self, procs: int, driver: str, fast: bool = False) -> tuple[float, float]:
         db = DATABASES["pgqueuer"]
         url = self.fresh(db)
         script = [str(self.peers / "bin" / "python"), str(JOBS / "mqbench_pgqueuer.py")]
         env = {"MQBENCH_PGQ_DRIVER": driver}
+        if fast:  # read by pgqueuer's own settings (install) and by the job module (run)
+            env.update(PGQUEUER_DURABILITY="balanced", MQBENCH_PGQ_BATCH="100")
         self.group([[*script, "install"]], url, extra=env)
         took_in, _ = self.group([[*script, "enqueue", str(self.count)]], url, extra=env)
         self.sql(db, "ANALYZE")
@@ -234,14 +262,21 @@ class Bench:
 
     def measures(self) -> dict[str, Callable[[int], tuple[float, float]]]:
         return {
-            SYSTEMS[0]: lambda procs: self.floor(procs, "each"),
-            SYSTEMS[1]: lambda procs: self.floor(procs, "many"),
+            FLOOR_EACH: lambda procs: self.floor(procs, "each"),
+            FLOOR_BATCH: lambda procs: self.floor(procs, "many"),
             "mq": self.mq,
             "mq group_ack": lambda procs: self.mq(procs, group_ack=True),
-            "procrastinate": self.procrastinate,
-            SYSTEMS[5]: lambda procs: self.pgqueuer(procs, "asyncpg"),
-            SYSTEMS[6]: lambda procs: self.pgqueuer(procs, "psycopg"),
+            PROCRASTINATE: self.procrastinate,
+            PROCRASTINATE_FAST: lambda procs: self.procrastinate(procs, fast=True),
+            PGQUEUER: lambda procs: self.pgqueuer(procs, "asyncpg"),
+            PGQUEUER_FAST: lambda procs: self.pgqueuer(procs, "asyncpg", fast=True),
+            PGQUEUER_PSYCOPG: lambda procs: self.pgqueuer(procs, "psycopg"),
         }
+
+    def clean(self) -> None:
+        for database in ("mqbench_pg", *DATABASES.values()):
+            self.drop(database)
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def ensure_venv(venv: Path, packages: Sequence[str], modules: str) -> None:
@@ -267,6 +302,60 @@ def version(venv: Path, package: str) -> str:
                           capture_output=True, text=True).stdout.strip()  # fmt: skip
 
 
+def run_all(
+    bench: Bench, procs_list: Sequence[int], rounds: int, only: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """Every system at every process count, ``rounds`` times interleaved (the machine is
+    shared: drift then hits every row alike); the runs of each row, kept as JSON."""
+    with psycopg.connect(bench.url, autocommit=True, sslmode="disable") as conn:
+        server = {name: str(conn.execute(f"SHOW {name}").fetchone()[0])
+                  for name in ("server_version", "synchronous_commit")}  # fmt: skip
+    load_before = os.getloadavg()
+    started = time.time()
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    for round_ in range(1, rounds + 1):
+        for procs in procs_list:
+            for system, measure in bench.measures().items():
+                if only and system not in only:
+                    continue
+                into, out = measure(procs)
+                row = rows.setdefault((system, procs), {
+                    "system": system, "parallel": procs, "runs": [], "enqueue_runs": [],
+                    "loads": [],
+                })  # fmt: skip
+                row["runs"].append(out)
+                row["enqueue_runs"].append(into)
+                row["loads"].append(os.getloadavg()[0])
+                print(f"round {round_}, {system}, {procs} proc(s): enqueue {into:,.0f}, "
+                      f"drain {out:,.0f} msg/s, load {os.getloadavg()[0]:.1f}",
+                      file=sys.stderr, flush=True)  # fmt: skip
+    for row in rows.values():
+        row["rate"], row["enqueue_rate"] = max(row["runs"]), max(row["enqueue_runs"])
+    return {
+        "count": bench.count,
+        "payload_bytes": len(PAYLOAD),
+        "rounds": rounds,
+        "procs": list(procs_list),
+        "server": server,
+        "versions": {p: version(bench.peers, p) for p in ("procrastinate", "pgqueuer", "asyncpg")},
+        "load_before": list(load_before),
+        "load_after": list(os.getloadavg()),
+        "seconds": time.time() - started,
+        "systems": list(SYSTEMS),  # the table's order
+        "same_enqueue": SAME_ENQUEUE,
+        # Which row is which, for bench/report.py's targets (names are for people).
+        "roles": {
+            "floor": FLOOR_EACH,
+            "floor_batch": FLOOR_BATCH,
+            "mq": "mq",
+            "group_ack": "mq group_ack",
+            "pgqueuer_fastest": PGQUEUER_FAST,
+        },  # fmt: skip
+        "ratios": [list(r) for r in RATIOS],
+        "rows": list(rows.values()),
+    }
+
+
 def main() -> None:
     if sys.argv[1:2] == ["floor-drain"]:
         return floor_drain(sys.argv[2], sys.argv[3])
@@ -281,57 +370,13 @@ def main() -> None:
     parser.add_argument("--only", action="append", choices=SYSTEMS, help="some systems only")
     args = parser.parse_args()
     ensure_peers(args.peers_venv)
-    procs_list = [int(p) for p in args.procs.split(",")]
     bench = Bench(args.url, args.peers_venv.absolute(), args.messages)
-    with psycopg.connect(args.url, autocommit=True, sslmode="disable") as conn:
-        server = conn.execute("SHOW server_version").fetchone()
-        sync = conn.execute("SHOW synchronous_commit").fetchone()
-    load_before = os.getloadavg()
-    started = time.time()
-    enqueue: dict[str, float] = {}
-    drain: dict[tuple[str, int], float] = {}
-    for round_ in range(1, args.rounds + 1):  # interleaved: the machine is shared
-        for procs in procs_list:
-            for system, measure in bench.measures().items():
-                if args.only and system not in args.only:
-                    continue
-                into, out = measure(procs)
-                key = system.split(":")[0]  # both floors load with the same INSERT
-                enqueue[key] = max(enqueue.get(key, 0.0), into)
-                drain[system, procs] = max(drain.get((system, procs), 0.0), out)
-                print(f"round {round_}, {system}, {procs} proc(s): enqueue {into:,.0f}, "
-                      f"drain {out:,.0f} msg/s, load {os.getloadavg()[0]:.1f}",
-                      file=sys.stderr)  # fmt: skip
-    for database in ("mqbench_pg", *DATABASES.values()):
-        bench.drop(database)
-    shutil.rmtree(bench.tmp, ignore_errors=True)
-    load_after = os.getloadavg()
-    versions = ", ".join(
-        f"{p} {version(args.peers_venv, p)}" for p in ("procrastinate", "pgqueuer", "asyncpg")
-    )
-    print(f"PostgreSQL {server[0] if server else '?'} (synchronous_commit={sync[0] if sync else '?'}), "
-          f"{os.cpu_count()} CPUs, {versions}; {args.messages:,} messages of {len(PAYLOAD)} bytes, "
-          f"no-op handler; best of {args.rounds} interleaved rounds; {time.time() - started:.0f} s; "
-          f"load average {' / '.join(f'{x:.1f}' for x in load_before)} before, "
-          f"{' / '.join(f'{x:.1f}' for x in load_after)} after\n")  # fmt: skip
-    heads = " | ".join(f"drain, {p} proc{'s' if p > 1 else ''}" for p in procs_list)
-    print(f"| what | enqueue msgs/s | {heads} |")
-    print("| --- | --- |" + " --- |" * len(procs_list))
-    for system in SYSTEMS:
-        if (system, procs_list[0]) not in drain:
-            continue
-        cell = (
-            ""
-            if system in (SYSTEMS[1], "mq group_ack")
-            else f"{enqueue[system.split(':')[0]]:,.0f}"
-        )
-        cells = " | ".join(f"{drain[system, p]:,.0f}" for p in procs_list)
-        print(f"| {system} | {cell} | {cells} |")
-    print()
-    for name, over, under in RATIOS:
-        if (over, procs_list[0]) in drain and (under, procs_list[0]) in drain:
-            cells = ", ".join(f"{drain[over, p] / drain[under, p]:.2f}x at {p}" for p in procs_list)
-            print(f"- {name}: {cells}")
+    try:
+        result = run_all(bench, [int(p) for p in args.procs.split(",")], args.rounds, args.only)
+    finally:
+        bench.clean()
+    print(postgres_heading(result) + "\n")
+    print("\n".join(postgres_table(result)))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 LABEL = {"mysql": "MariaDB", "postgres": "PostgreSQL", "sqlite": "SQLite"}
+PROCS = (1, 2, 4)  # the process counts every issue-22 target holds at
 
 
 def _best(rows: list[dict[str, Any]], **match: Any) -> dict[str, Any] | None:
@@ -29,6 +30,13 @@ def drain_rate(
 def peer_rate(results: dict[str, Any], key: str, workers: int) -> float | None:
     rows = results.get("peers", {}).get(key, [])
     found = [r["rate"] for r in rows if r["workers"] == workers]
+    return max(found) if found else None
+
+
+def postgres_rate(results: dict[str, Any], system: str | None, par: int) -> float | None:
+    """The best drain of one row of the postgres section (bench/postgres.py's names)."""
+    rows = results.get("postgres", {}).get("rows", [])
+    found = [r["rate"] for r in rows if r["system"] == system and r["parallel"] == par]
     return max(found) if found else None
 
 
@@ -59,29 +67,62 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
+def _drain_pairs(results: dict[str, Any], kind: str, par: int) -> dict[str, float | None]:
+    """mq's default drain, group_ack and their two floors (batch 100), on one backend."""
+    if kind == "postgres":
+        roles = results.get("postgres", {}).get("roles", {})
+        return {key: postgres_rate(results, roles.get(key), par)
+                for key in ("floor", "floor_batch", "mq", "group_ack")}  # fmt: skip
+    return {
+        "mq": drain_rate(results, kind, 100, par),
+        "floor": drain_rate(results, kind, 100, par, "floor"),
+        "group_ack": drain_rate(results, kind, 100, par, "group_ack"),
+        "floor_batch": drain_rate(results, kind, 100, par, "floor_batch_delete"),
+    }
+
+
+def issue22_targets(results: dict[str, Any], kinds: list[str]) -> list[dict[str, Any]]:
+    """Issue 22: on every backend, at 1, 2 and 4 processes, the default drain near its
+    commit-each floor, group_ack near its one-statement floor and ahead of the fastest peer."""
+    out = []
+    for kind in kinds:
+        db = LABEL[kind]
+        for par in PROCS:
+            got = _drain_pairs(results, kind, par)
+            out.append(_target(
+                f"{db}: drain batch 100, {par} proc / floor (claim 100 + DELETE each)",
+                _ratio(got["mq"], got["floor"]), 0.85, True,
+                f"mq {got['mq'] or 0:.0f} vs floor {got['floor'] or 0:.0f} msg/s",
+            ))  # fmt: skip
+            out.append(_target(
+                f"{db}: drain with group_ack, batch 100, {par} proc / floor (claim 100 + one "
+                "DELETE per batch)",
+                _ratio(got["group_ack"], got["floor_batch"]), 0.8, True,
+                f"mq {got['group_ack'] or 0:.0f} vs floor {got['floor_batch'] or 0:.0f} msg/s",
+            ))  # fmt: skip
+    fastest = results.get("postgres", {}).get("roles", {}).get("pgqueuer_fastest")
+    for kind, peer, label in (("postgres", None, "pgqueuer (asyncpg), its fastest documented config"),
+                              ("sqlite", "huey_process", "huey SqliteHuey, its fastest documented config (-k process)")):  # fmt: skip
+        if kind not in kinds:
+            continue
+        for par in PROCS:
+            mq = _drain_pairs(results, kind, par)["group_ack"]
+            other = (postgres_rate(results, fastest, par) if peer is None
+                     else peer_rate(results, peer, par))  # fmt: skip
+            out.append(_target(
+                f"{LABEL[kind]}: drain with group_ack, {par} proc / {label}, {par} worker"
+                f"{'s' if par > 1 else ''}",
+                _ratio(mq, other), 1.0, True, f"mq {mq or 0:.0f} vs {other or 0:.0f} msg/s",
+            ))  # fmt: skip
+    return out
+
+
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     kinds = [k for k in ("mysql", "sqlite") if k in results.get("drain", {}) or k in results.get("enqueue", {})
              or k in results.get("scale", {}) or k in results.get("memory", {}) or k in results.get("runner", {})]  # fmt: skip
-    for kind in kinds or ["mysql", "sqlite"]:
-        db = LABEL[kind]
-        for par in (1, 4):
-            mq = drain_rate(results, kind, 100, par)
-            floor = drain_rate(results, kind, 100, par, "floor")
-            out.append(_target(
-                f"{db}: drain batch 100, {par} proc / floor (claim 100 + DELETE each)",
-                _ratio(mq, floor), 0.8, True,
-                f"mq {mq or 0:.0f} vs floor {floor or 0:.0f} msg/s",
-            ))  # fmt: skip
-        for par in (1, 4):
-            mq = drain_rate(results, kind, 100, par, "group_ack")
-            floor = drain_rate(results, kind, 100, par, "floor_batch_delete")
-            out.append(_target(
-                f"{db}: drain with group_ack, batch 100, {par} proc / floor (claim 100 + one "
-                "DELETE per batch)",
-                _ratio(mq, floor), 0.6, True,
-                f"mq {mq or 0:.0f} vs floor {floor or 0:.0f} msg/s",
-            ))  # fmt: skip
+    backends = (kinds or ["mysql", "sqlite"]) + ["postgres"]
+    out += issue22_targets(results, backends)
     for kind in kinds or ["mysql", "sqlite"]:
         mq = drain_rate(results, kind, 100, 1)
         rq = peer_rate(results, "rq_simple", 1)
@@ -194,6 +235,53 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def postgres_heading(pg: dict[str, Any]) -> str:
+    """What the postgres section ran on: server, peers' versions, workload, load."""
+    server, versions = pg.get("server", {}), pg.get("versions", {})
+    loads = [" / ".join(f"{x:.1f}" for x in pg.get(k, [])) for k in ("load_before", "load_after")]
+    return (
+        f"PostgreSQL {server.get('server_version', '?')} (synchronous_commit="
+        f"{server.get('synchronous_commit', '?')}), "
+        + ", ".join(f"{name} {v}" for name, v in versions.items())
+        + f"; {pg['count']:,} messages of {pg.get('payload_bytes', '?')} bytes, no-op handler; "
+        f"best of {pg['rounds']} interleaved rounds; {pg.get('seconds', 0):.0f} s; "
+        f"load average {loads[0]} before, {loads[1]} after"
+    )
+
+
+def postgres_table(pg: dict[str, Any]) -> list[str]:
+    """The rows of the postgres section as bench/postgres.py prints them, then the ratios."""
+    procs = pg["procs"]
+    best = {(r["system"], r["parallel"]): r for r in pg["rows"]}
+    same = pg.get("same_enqueue", {})
+
+    def enqueue(system: str) -> str:
+        if system in same:  # loads with another row's enqueue: shown once, there
+            return ""
+        rates = [r["enqueue_rate"] for r in pg["rows"]
+                 if system in (r["system"], same.get(r["system"]))]  # fmt: skip
+        return _fmt(max(rates)) if rates else "–"
+
+    heads = [f"drain, {p} proc{'s' if p > 1 else ''}" for p in procs]
+    lines = [
+        "| what | enqueue msgs/s | " + " | ".join(heads) + " |",
+        "| --- | --- |" + " --- |" * len(procs),
+    ]
+    for system in pg.get("systems", []):
+        if not any((system, p) in best for p in procs):
+            continue
+        cells = " | ".join(_fmt(best[system, p]["rate"]) if (system, p) in best else "–"
+                           for p in procs)  # fmt: skip
+        lines.append(f"| {system} | {enqueue(system)} | {cells} |")
+    lines.append("")
+    for name, over, under in pg.get("ratios", []):
+        cells = [f"{best[over, p]['rate'] / best[under, p]['rate']:.2f}x at {p}"
+                 for p in procs if (over, p) in best and (under, p) in best]  # fmt: skip
+        if cells:
+            lines.append(f"- {name}: {', '.join(cells)}")
+    return lines
 
 
 def render(results: dict[str, Any]) -> str:
@@ -446,7 +534,8 @@ def render(results: dict[str, Any]) -> str:
         rows = []
         for key, label in (("rq", "RQ burst worker (forks per job), Redis"),
                            ("rq_simple", "RQ SimpleWorker burst, Redis"),
-                           ("huey", "huey SqliteHuey consumer (threads)")):  # fmt: skip
+                           ("huey", "huey SqliteHuey consumer, -k thread -w N (its default worker type)"),
+                           ("huey_process", "huey SqliteHuey consumer, -k process -w N (fastest documented)")):  # fmt: skip
             items = peers.get(key, [])
             if items:
                 rows.append(
@@ -460,4 +549,9 @@ def render(results: dict[str, Any]) -> str:
                     + [_fmt(drain_rate(results, kind, 100, p)) for p in (1, 2, 4)]
                 )
         out.append(table(["", "1 proc/worker", "2", "4"], rows))
+    pg = results.get("postgres")
+    if pg and pg.get("rows"):
+        out.append("\n### PostgreSQL: mq, its floors and the PostgreSQL queues (msg/s)\n")
+        out.append(postgres_heading(pg) + "\n")
+        out.append("\n".join(postgres_table(pg)))
     return "\n".join(out) + "\n"

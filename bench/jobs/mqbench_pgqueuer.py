@@ -1,7 +1,7 @@
 """pgqueuer on the bench's no-op job; runs in bench/peers-venv, never in mq's venv.
 
     python mqbench_pgqueuer.py install          # its schema (what `pgq install` does)
-    python mqbench_pgqueuer.py drain            # one worker: drain mode, batch 100
+    python mqbench_pgqueuer.py drain            # one worker: drain mode
     python mqbench_pgqueuer.py enqueue N        # Queries.enqueue with lists, 1,000 per call
 
 Programmatic, not `pgq run --mode drain`: pgqueuer 1.6's CLI fails in its log
@@ -9,7 +9,11 @@ level setup (AttributeError: 'str' object has no attribute 'name'). The
 database comes from MQBENCH_PG_URL; the driver from MQBENCH_PGQ_DRIVER:
 `asyncpg` (default, as pgqueuer's README) or `psycopg` (an AsyncConnection in
 autocommit: its NOTIFY watcher holds the connection for up to 1 s at a time
-while no notification comes, so each query can wait that long).
+while no notification comes, so each query can wait that long). MQBENCH_PGQ_BATCH
+sets `PgQueuer.run(batch_size=...)`; unset, the worker runs with run()'s own
+defaults (batch_size 10). The durability of the tables (pgqueuer's
+docs/guides/performance-tuning.md) is read by pgqueuer itself at install, from
+PGQUEUER_DURABILITY (durable by default).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pgqueuer.models import Job
 
 PAYLOAD = b'{"n": 1, "pad": "' + b"x" * 180 + b'"}'
 DRIVER = os.environ.get("MQBENCH_PGQ_DRIVER", "asyncpg")
+BATCH = os.environ.get("MQBENCH_PGQ_BATCH")
 
 
 async def connect() -> Any:
@@ -64,7 +69,9 @@ async def drain() -> None:
         async def noop(job: Job) -> None:
             """The same no-op as mqbench_jobs.noop."""
 
-        await pgq.run(batch_size=100, mode=QueueExecutionMode.drain)
+        # Only what is asked for: the default row must run with run()'s own defaults.
+        tuning = {"batch_size": int(BATCH)} if BATCH else {}
+        await pgq.run(mode=QueueExecutionMode.drain, **tuning)
     finally:
         await conn.close()
 
