@@ -77,3 +77,16 @@ def most_at_once(runs: list[tuple[float, float]]) -> int:
         now += step
         most = max(most, now)
     return most
+
+
+def over_the_bucket(times: list[float], since: float, burst: float, rate: float) -> list[int]:
+    """The starts (1-based) that came sooner than the bucket allows.
+
+    By any moment, at most a full bucket plus ``rate`` a second since the first
+    grant can have been granted, and that grant came after ``since`` (the drains'
+    spawn); a handler starts after its token, so the starts by then are no more
+    (+1 at the edge). Judged against start times, not as a sliding window: a
+    runner child's start-up delays the first handlers, which then start together
+    with later grants, so a window of starts can hold more than a window of grants.
+    """
+    return [n for n, t in enumerate(times, 1) if n > burst + rate * (t - since) + 1]
