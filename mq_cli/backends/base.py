@@ -150,6 +150,18 @@ class Backend(ABC):
         """Delete a succeeded message (or keep a tombstone of its unique key for
         ``retention`` seconds). False when ``owner`` no longer holds it."""
 
+    def ack_success_send(self, message: Message, owner: str, retention: float = 0.0) -> bool:
+        """Send ``ack_success`` without waiting for its commit, when this dialect can;
+        False when it did not (the caller runs ``ack_success``). At most one is in
+        flight: its result is read before the connection does anything else."""
+        return False
+
+    def ack_success_collect(self, message: Message, owner: str, retention: float = 0.0) -> bool:
+        """The result of ``ack_success_send``: what ``ack_success`` would have returned.
+        Sent on a connection that broke since, it runs ``ack_success`` again (gone or
+        done then means the first one landed)."""
+        raise NotImplementedError
+
     @abstractmethod
     def ack_success_many(self, ids: Sequence[int], owner: str) -> int:
         """Delete several succeeded messages in one statement; how many were still ours."""

@@ -16,6 +16,7 @@ from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
 from mq_cli.backends.liveness import lock_key
 from mq_cli.backends.pg_claims import PgClaims
 from mq_cli.backends.pg_horizon import facts, horizon
+from mq_cli.backends.pg_inflight import AckInFlight, PgAcks
 from mq_cli.backends.sqlcore import SqlBackend, Tx
 from mq_cli.backends.sqlfiles import queries as dialect_queries
 from mq_cli.core.dburl import DatabaseSettings
@@ -99,7 +100,7 @@ def _text(exc: BaseException) -> str:
     return primary or (str(exc).strip().splitlines() or ["connection closed"])[0]
 
 
-class PostgresBackend(PgClaims):
+class PostgresBackend(PgClaims, PgAcks):
     kind = dialect = "postgres"
     ddl_names = (
         "create_table", "create_claim_index", "create_unique_index", "create_due_index",
@@ -129,6 +130,7 @@ class PostgresBackend(PgClaims):
         self._sql = queries(table)
         unlock_claims_for_tests(self._sql, "claim", "claim_acking")
         self.driver_errors = (psycopg.Error,)
+        self._acks = AckInFlight(psycopg)
         self.conn = self._connect()
         if create and self.schema_version() is None:
             self.init_schema()

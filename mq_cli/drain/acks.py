@@ -48,6 +48,11 @@ class DrainAcks(DrainSession):
         # messages was sent, and the queue's stalled_after: gc may take them after that.
         self.beat_at = 0.0
         self.stalled_after = 0.0
+        # A success whose DELETE was sent and not yet read (PostgreSQL): the queue, the
+        # message, its handler's seconds, when it was sent (time.monotonic), whether a
+        # reconnect happened while sending (it may have landed on the old session),
+        # and the owner then.
+        self._in_flight: tuple[QueueConfig, Message, float, float, bool, str] | None = None
 
     def _settle_after_failure(
         self,
@@ -117,6 +122,7 @@ class DrainAcks(DrainSession):
             if self.options.progress is not None:
                 self.options.progress(self.report)
             tick()
+        self.finish_in_flight()
 
     @staticmethod
     def _deferrable(queue: QueueConfig, message: Message) -> bool:
@@ -147,9 +153,37 @@ class DrainAcks(DrainSession):
             )  # fmt: skip
             self._taken_while_stalled(self.beat_at)
 
+    def finish_in_flight(self, older_than: float = 0.0) -> None:
+        """Read the result of the success sent last (if sent over ``older_than`` s ago)."""
+        if self._in_flight is None:
+            return
+        queue, message, seconds, sent_at, maybe_landed, owner = self._in_flight
+        if time.monotonic() - sent_at < older_than:
+            return
+        self._in_flight = None
+        ours = self._ack(
+            lambda b: b.ack_success_collect(message, owner, queue.unique_retention),
+            lambda after: after is None or after.status == "done",
+            message,
+            maybe_landed,
+        )
+        if ours:
+            log.info("queue %s: message %d done in %.3fs", queue.name, message.id, seconds)
+        else:
+            self._lost(queue, message)
+
     def _acknowledge(self, queue: QueueConfig, message: Message, outcome: handlers.Outcome) -> None:
+        self.finish_in_flight()
         if outcome.ok:
             self.report.succeeded += 1
+            # Where the dialect can, the DELETE goes out now and its result is read
+            # at the next result, so the drain's work on that one overlaps the commit.
+            reconnects, owner = self.reconnects, self.owner
+            if self._db(lambda b: b.ack_success_send(message, owner, queue.unique_retention)):
+                moved = self.reconnects != reconnects
+                seconds = outcome.seconds or 0.0
+                self._in_flight = (queue, message, seconds, time.monotonic(), moved, owner)
+                return
             ours = self._ack(
                 lambda b: b.ack_success(message, self.owner, queue.unique_retention),
                 lambda after: after is None or after.status == "done",
@@ -194,24 +228,29 @@ class DrainAcks(DrainSession):
                         format_duration(retry_in), first_line,
                     )  # fmt: skip
         if not ours:
-            self.report.lost += 1
-            log.warning(
-                "queue %s: message %d was no longer held by this drain (requeued by an operator "
-                "or gc?); its result was not recorded",
-                queue.name, message.id,
-            )  # fmt: skip
+            self._lost(queue, message)
+
+    def _lost(self, queue: QueueConfig, message: Message) -> None:
+        self.report.lost += 1
+        log.warning(
+            "queue %s: message %d was no longer held by this drain (requeued by an operator "
+            "or gc?); its result was not recorded",
+            queue.name, message.id,
+        )  # fmt: skip
 
     def _ack(
         self,
         change: Callable[[Backend], bool],
         landed: Callable[[Message | None], bool],
         message: Message,
+        maybe_landed: bool = False,
     ) -> bool:
         """Run an acknowledgement; True when it took effect.
 
         If the connection dropped, the first try may have committed with its
         reply lost, and the retry then matches nothing: ``landed`` tells from
-        the row as it is now whether that first try did the job.
+        the row as it is now whether that first try did the job (as it does when
+        ``maybe_landed``: a send that had to reconnect).
         """
         tries = 0
         reconnects = self.reconnects
@@ -222,7 +261,7 @@ class DrainAcks(DrainSession):
             return change(backend)
 
         ours = self._db(attempt)
-        if not ours and tries > 1:
+        if not ours and (tries > 1 or maybe_landed):
             ours = landed(self._db(lambda b: b.get_message(message.id)))
         if not ours and self.reconnects != reconnects and self.live == "session":
             # Cut off mid-acknowledgement, its lock free meanwhile: gc took what it

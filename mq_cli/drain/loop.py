@@ -47,6 +47,8 @@ REQUEUE_LOOK_EVERY = 0.5  # a waiting requeue_stalled drain looks for dead drain
 # A retry becomes ready at the database's `now` + its backoff, stored to the
 # millisecond: a waiting drain looks that much after the moment it computed.
 RETRY_SLACK = 0.005
+#: a success's DELETE sent ahead is read by the next result, or by a tick this much later
+IN_FLIGHT_READ_AFTER = 0.05
 ERROR_LOG_WIDTH = 1000  # characters of a failure's last line in the drain's log
 
 
@@ -395,6 +397,9 @@ class Drain(DrainAcks):
         def tick() -> None:
             if self.done and time.monotonic() - self.done_since >= queue.ack_delay:
                 self._acknowledge_group(queue)
+            # A success sent while the next handler runs long: its result is read
+            # (and logged) now, not when that handler ends.
+            self.finish_in_flight(older_than=IN_FLIGHT_READ_AFTER)
             if time.monotonic() - self._last_beat >= beat_every:
                 self._heartbeat()
             elif fenced and time.monotonic() - self.last_proof >= liveness.PROBE_EVERY:
