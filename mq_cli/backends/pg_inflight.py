@@ -41,11 +41,11 @@ def dollar_params(sql: str) -> bytes:
 
 
 def _wait(fileno: int, writing: bool = False) -> None:
-    # select() lets other threads run (the drain's watchdog) while the server works.
-    if writing:
-        select.select([], [fileno], [])
-    else:
-        select.select([fileno], [], [])
+    # poll() lets other threads run (the drain's watchdog) while the server works, and
+    # takes any descriptor number (select() stops at 1024).
+    poller = select.poll()
+    poller.register(fileno, select.POLLOUT if writing else select.POLLIN)
+    poller.poll()
 
 
 class AckInFlight:
