@@ -92,7 +92,8 @@ def test_a_connection_cut_with_a_success_in_flight_runs_it_again(pg):
             ):
                 assert time.monotonic() < deadline, "the DELETE never waited on the lock"
                 time.sleep(0.02)
-            pg.sql("SELECT pg_terminate_backend(%s)", (pid,))
+            # Waits until the session is gone (PostgreSQL 14+), before the lock is given up.
+            pg.sql("SELECT pg_terminate_backend(%s, 5000)", (pid,))
             locker.rollback()
         with pytest.raises(ConnectionLost):
             b.ack_success_collect(message, "drain-a")
