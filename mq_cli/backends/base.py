@@ -158,8 +158,8 @@ class Backend(ABC):
 
     def ack_success_collect(self, message: Message, owner: str, retention: float = 0.0) -> bool:
         """The result of ``ack_success_send``: what ``ack_success`` would have returned.
-        Sent on a connection that broke since, it runs ``ack_success`` again (gone or
-        done then means the first one landed)."""
+        Sent on a connection that broke since, it runs ``ack_success`` again, so False
+        may mean the first one landed: the caller looks at the row."""
         raise NotImplementedError
 
     @abstractmethod

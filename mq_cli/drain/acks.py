@@ -49,10 +49,8 @@ class DrainAcks(DrainSession):
         self.beat_at = 0.0
         self.stalled_after = 0.0
         # A success whose DELETE was sent and not yet read (PostgreSQL): the queue, the
-        # message, its handler's seconds, when it was sent (time.monotonic), whether a
-        # reconnect happened while sending (it may have landed on the old session),
-        # and the owner then.
-        self._in_flight: tuple[QueueConfig, Message, float, float, bool, str] | None = None
+        # message, its handler's seconds, when it was sent (time.monotonic) and the owner then.
+        self._in_flight: tuple[QueueConfig, Message, float, float, str] | None = None
 
     def _settle_after_failure(
         self,
@@ -157,15 +155,17 @@ class DrainAcks(DrainSession):
         """Read the result of the success sent last (if sent over ``older_than`` s ago)."""
         if self._in_flight is None:
             return
-        queue, message, seconds, sent_at, maybe_landed, owner = self._in_flight
+        queue, message, seconds, sent_at, owner = self._in_flight
         if time.monotonic() - sent_at < older_than:
             return
         self._in_flight = None
+        # Sent on a session that broke (while sending or since), the DELETE runs again
+        # and matches nothing if the first landed: when it matched nothing, the row tells.
         ours = self._ack(
             lambda b: b.ack_success_collect(message, owner, queue.unique_retention),
             lambda after: after is None or after.status == "done",
             message,
-            maybe_landed,
+            maybe_landed=True,
         )
         if ours:
             log.info("queue %s: message %d done in %.3fs", queue.name, message.id, seconds)
@@ -178,11 +178,10 @@ class DrainAcks(DrainSession):
             self.report.succeeded += 1
             # Where the dialect can, the DELETE goes out now and its result is read
             # at the next result, so the drain's work on that one overlaps the commit.
-            reconnects, owner = self.reconnects, self.owner
+            owner = self.owner
             if self._db(lambda b: b.ack_success_send(message, owner, queue.unique_retention)):
-                moved = self.reconnects != reconnects
                 seconds = outcome.seconds or 0.0
-                self._in_flight = (queue, message, seconds, time.monotonic(), moved, owner)
+                self._in_flight = (queue, message, seconds, time.monotonic(), owner)
                 return
             ours = self._ack(
                 lambda b: b.ack_success(message, self.owner, queue.unique_retention),
@@ -249,8 +248,8 @@ class DrainAcks(DrainSession):
 
         If the connection dropped, the first try may have committed with its
         reply lost, and the retry then matches nothing: ``landed`` tells from
-        the row as it is now whether that first try did the job (as it does when
-        ``maybe_landed``: a send that had to reconnect).
+        the row as it is now whether that first try did the job (as it does after
+        any miss when ``maybe_landed``: a DELETE sent ahead, see finish_in_flight).
         """
         tries = 0
         reconnects = self.reconnects
