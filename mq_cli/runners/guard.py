@@ -11,16 +11,18 @@ So while a handler may run, the drain keeps renewing a lease (a thread of its
 own, ``liveness.Watchdog``): the lease ends FENCE seconds after the drain's
 last sign of life, and before the time gc could take what the drain holds.
 This guard, a small process in a session of its own started with the drain's
-first batch, SIGKILLs the process groups of the drain's handlers (its children
-that lead a group: the Python worker, an ``exec:`` program, and what they
-started) the moment the lease runs out, and when the drain dies while one runs.
+first batch, SIGKILLs every process of the drain's handlers (the Python
+worker, an ``exec:`` program, and everything they started, found by the mark
+in their environment: fence.py) the moment the lease runs out, and when the
+drain dies while one runs. It never looks for them by parent pid: a drain
+killed with -9 leaves orphans whose parent is init.
 
 The drain writes 8-byte ``>d`` records on the guard's stdin pipe: a lease as a
 ``time.monotonic()`` (one clock for every process of the host), or NaN when no
 handler runs. The guard writes one byte to its report pipe each time it fires.
 
-Run as a script (``python -I -S guard.py FD PID REPORT_FD``), it imports only
-the standard library, so it starts in a few milliseconds.
+Run as a script (``python -I -S guard.py FD PID REPORT_FD TOKEN``), it imports
+only the standard library and fence.py, so it starts in a few milliseconds.
 """
 
 from __future__ import annotations
@@ -34,38 +36,22 @@ import sys
 import threading
 import time
 
+if __package__:
+    from mq_cli.runners import fence
+else:  # run as a script, with no mq on the path: its neighbour only
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    import fence  # type: ignore[no-redef]
+
 RECORD = struct.Struct(">d")
 #: a lease is sent again once it has grown by this much (fewer writes, same bound)
 RESEND = 0.2
 
 
-def _handler_groups(drain: int) -> list[int]:
-    """Process groups led by children of ``drain`` (handlers run in their own)."""
-    me = os.getpid()
-    groups = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-        except OSError:  # gone meanwhile
-            continue
-        ppid, pgrp = int(fields[1]), int(fields[2])
-        if ppid == drain and pgrp == int(name):
-            groups.append(pgrp)
-    return groups
+def _kill_handlers(drain: int, token: str) -> None:
+    fence.sweep(token, whole_token=True, spare=(drain,))
 
 
-def _kill_handlers(drain: int) -> None:
-    for group in _handler_groups(drain):
-        try:
-            os.killpg(group, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def serve(fd: int, drain: int, report: int) -> None:
+def serve(fd: int, drain: int, report: int, token: str) -> None:
     """The guard's loop: watch the lease on ``fd`` for ``drain``."""
     import select
 
@@ -79,7 +65,7 @@ def serve(fd: int, drain: int, report: int) -> None:
             chunk = os.read(fd, 4096)
             if not chunk:  # the drain is gone: a handler it ran must not go on
                 if not math.isnan(lease):
-                    _kill_handlers(drain)
+                    _kill_handlers(drain, token)
                 return
             pending += chunk
             whole = len(pending) - len(pending) % RECORD.size
@@ -90,7 +76,7 @@ def serve(fd: int, drain: int, report: int) -> None:
         if poller.poll(0):
             continue  # a renewal (or a new batch's lease) came with the deadline: read it first
         if not math.isnan(lease) and time.monotonic() >= lease:
-            _kill_handlers(drain)
+            _kill_handlers(drain, token)
             lease = math.nan
             try:
                 os.write(report, b"!")
@@ -100,7 +86,7 @@ def serve(fd: int, drain: int, report: int) -> None:
 
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the drain's Ctrl-C is not ours
-    serve(int(argv[0]), int(argv[1]), int(argv[2]))
+    serve(int(argv[0]), int(argv[1]), int(argv[2]), argv[3])
     return 0
 
 
@@ -186,6 +172,7 @@ class Guard:
                     str(lease_r),
                     str(os.getpid()),
                     str(report_w),
+                    fence.token(),
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,

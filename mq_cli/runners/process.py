@@ -1,4 +1,4 @@
-"""Child processes of a runner: a kill of a whole group, the words for a death,
+"""Child processes of a runner: a kill of a whole handler, the words for a death,
 a pidfd that tells an exit at once, and descriptors kept off stdin/out/err.
 """
 
@@ -7,6 +7,8 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
+
+from mq_cli.runners import fence
 
 
 def death(returncode: int) -> str:
@@ -18,6 +20,13 @@ def death(returncode: int) -> str:
     except ValueError:
         return f"signal {-returncode}"
     return f"signal {-returncode} ({name})"
+
+
+def kill_handler(pid: int, mark: str) -> None:
+    """SIGKILL a handler process that leads its own session, and everything it
+    started, wherever that went (fence.py); quiet for what is already gone."""
+    kill_group(pid)
+    fence.sweep(mark, sessions=(pid,), spare=(os.getpid(),))
 
 
 def kill_group(pid: int) -> None:

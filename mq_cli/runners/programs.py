@@ -4,7 +4,8 @@ The command is split like a shell would split it but never given to one, so
 neither the configuration nor a payload can inject shell syntax. The payload's
 raw bytes go to the program's stdin; exit status 0 is success. The program
 learns about its message from the environment: MQ_MESSAGE_ID, MQ_QUEUE,
-MQ_ERROR_COUNT and MQ_CREATED_AT (ISO 8601 UTC).
+MQ_ERROR_COUNT and MQ_CREATED_AT (ISO 8601 UTC), and carries the mark by
+which a timeout or the guard finds all it started (fence.py).
 
 Only the last TAIL_BYTES (:mod:`mq_cli.output`) of its stdout and stderr are
 kept (for last_error), so a program that prints gigabytes costs no memory.
@@ -19,6 +20,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 
 from mq_cli.core.models import iso
+from mq_cli.runners import fence
 from mq_cli.runners.handlers import (
     ERROR_LIMIT,
     MessageInfo,
@@ -30,7 +32,7 @@ from mq_cli.runners.handlers import (
     handler_environ,
 )
 from mq_cli.runners.output import Tail
-from mq_cli.runners.process import death, kill_group
+from mq_cli.runners.process import death, kill_group, kill_handler
 
 READ_CHUNK = 1 << 16
 # While the program's pipes are open we cannot tell it exited if something it
@@ -53,6 +55,7 @@ class ExecRunner(OneAtATime):
         self.hide = tuple(hide)
         self._argv: list[str] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._mark = ""
         self._killed = False
 
     def __enter__(self) -> ExecRunner:
@@ -83,6 +86,7 @@ class ExecRunner(OneAtATime):
             MQ_ERROR_COUNT=str(info.error_count),
             MQ_CREATED_AT=iso(info.created_at) or "",
         )
+        mark = env[fence.VAR] = fence.next_mark()
         try:
             proc = subprocess.Popen(
                 self._argv,
@@ -97,14 +101,16 @@ class ExecRunner(OneAtATime):
             )
         except OSError as exc:  # deleted or chmod-ed since start()
             return Outcome(ok=False, error=f"cannot run {self._argv[0]}: {exc.strerror}")
-        self._proc = proc
+        self._proc, self._mark = proc, mark
         self._killed = False
         try:
             return self._communicate(proc, payload, pacer)
         finally:
             if proc.returncode is None:  # an exception (from tick) on the way out
-                kill_group(proc.pid)
+                kill_handler(proc.pid, mark)
                 proc.wait()
+            elif self._killed:  # what it started outside its group goes too
+                kill_handler(proc.pid, mark)
             for stream in (proc.stdin, proc.stdout, proc.stderr):
                 if stream is not None:
                     try:
@@ -116,7 +122,7 @@ class ExecRunner(OneAtATime):
     def close(self) -> None:
         proc = self._proc
         if proc is not None and proc.returncode is None:
-            kill_group(proc.pid)
+            kill_handler(proc.pid, self._mark)
             proc.wait()
 
     def kill(self) -> None:
@@ -149,7 +155,7 @@ class ExecRunner(OneAtATime):
 
         while True:
             if pacer.expired():
-                kill_group(proc.pid)
+                kill_handler(proc.pid, self._mark)
                 proc.wait()
                 return Outcome(
                     ok=False, error=_error(pacer.timeout_error(), self._tail(tails)), timed_out=True

@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Callable, Generator, Sequence
 
 from mq_cli.core.errors import HandlerNotFound
+from mq_cli.runners import fence
 from mq_cli.runners.child import (
     FAILED,
     REPLY,
@@ -49,7 +50,7 @@ from mq_cli.runners.handlers import (
     handler_environ,
 )
 from mq_cli.runners.output import Tail
-from mq_cli.runners.process import _above_stdio, _pidfd, death, kill_group
+from mq_cli.runners.process import _above_stdio, _pidfd, death, kill_group, kill_handler
 
 CLOSE_GRACE = 5.0  # seconds a child gets to exit after its pipe closes, before SIGKILL
 READ_CHUNK = 1 << 16
@@ -88,6 +89,7 @@ class PythonRunner:
         self._cfd = -1  # take-backs to the child (non-blocking)
         self._ofd = -1  # what the handler prints (non-blocking)
         self._pidfd = -1  # readable once the child has exited (-1: not on this system)
+        self._mark = ""  # the child's fence.VAR, which all it starts inherits
         self._output = Tail()
         self._out = bytearray()  # frames not yet written to _wfd
         self._buffer = FrameBuffer()
@@ -244,7 +246,7 @@ class PythonRunner:
         try:
             proc.wait(timeout=CLOSE_GRACE)
         except subprocess.TimeoutExpired:  # a handler left a non-daemon thread running
-            kill_group(proc.pid)
+            kill_handler(proc.pid, self._mark)
             proc.wait()
         self._forget()
 
@@ -369,6 +371,8 @@ class PythonRunner:
         ctl_r, ctl_w = map(_above_stdio, os.pipe())
         out_r, out_w = map(_above_stdio, os.pipe())
         theirs = (p2c_r, c2p_w, ctl_r)
+        env = handler_environ(self.hide)
+        self._mark = env[fence.VAR] = fence.next_mark()
         try:
             proc = subprocess.Popen(
                 _worker_argv(self.path, self.fmt, theirs),
@@ -376,7 +380,7 @@ class PythonRunner:
                 stdout=out_w,
                 stderr=out_w,
                 pass_fds=theirs,
-                env=handler_environ(self.hide),
+                env=env,
                 # Its own process group, so a timeout also kills what the
                 # handler started, and a Ctrl-C in a terminal reaches only
                 # the drain, which decides.
@@ -424,7 +428,7 @@ class PythonRunner:
             kill_group(proc.pid)
             proc.wait()
         # Whatever the handler started dies with it, as on a timeout.
-        kill_group(proc.pid)
+        kill_handler(proc.pid, self._mark)
         killed = self._killed
         self._forget()
         if killed:
@@ -439,6 +443,7 @@ class PythonRunner:
         if proc.returncode is None:
             kill_group(proc.pid)
         proc.wait()
+        kill_handler(proc.pid, self._mark)
         self._forget()
 
     def _read_rest(self) -> None:
