@@ -39,7 +39,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import mq_cli  # noqa: E402
+import mq_cli.backends  # noqa: E402 - also registers the dialects load_config reads
+from mq_cli.core.config import load_config  # noqa: E402
+from mq_cli.drain.slots import open_database_dir  # noqa: E402
 
 HANDLER = """
 import json, os, time
@@ -54,15 +56,15 @@ def run(payload):
 def measure(url: str, work: Path, mode: str, count: int, gap: tuple[float, float]) -> list[float]:
     locks = work / f"locks-{mode}"
     locks.mkdir(mode=0o700)
-    if mode in ("poll", "listen"):
-        (locks / "wake").write_text("")  # no FIFO can be made
-
     config = work / f"mq-{mode}.yaml"
     notify = "false" if mode == "poll" else "true"
     config.write_text(
         f"database: {url}\nlock_dir: {locks}\n"
         f"queues:\n  lat: {{handler: 'mqlat:run', notify: {notify}}}\n"
     )
+    if mode in ("poll", "listen"):
+        # A file where the database's FIFOs go (mq_cli/drain/wakeup.py): none can be made.
+        Path(open_database_dir(load_config(str(config))), "wake").write_text("")
     log = work / f"lat-{mode}.jsonl"
     env = dict(
         os.environ, PYTHONPATH=f"{work.parent}:{ROOT}", LAT_LOG=str(log), MQ_CONFIG=str(config)

@@ -23,7 +23,7 @@ from mq_cli.core.config import (
 from mq_cli.core.durations import parse_duration
 from mq_cli.core.errors import ConfigError, InputRejected, PayloadTooLarge
 from mq_cli.core.models import ByIdResult, GcReport, Listing, Message, QueueStats
-from mq_cli.drain import wakeup
+from mq_cli.drain import slots, wakeup
 
 if TYPE_CHECKING:  # imported where used: a producer's start does not pay for the drain's
     from mq_cli.drain.report import DrainOptions, DrainReport
@@ -187,7 +187,7 @@ class MQ:
             )
             if not delay and any(i is not None for i in ids):
                 # Committed and ready: drains waiting on this host start it now.
-                wakeup.notify(self.config.lock_dir, queue)
+                wakeup.notify(slots.database_dir(self.config), queue)
             return ids
 
         try:

@@ -103,3 +103,13 @@ def alive(payload: dict) -> None:
         _log(payload, event="alive", at=time.time())
         time.sleep(0.1)
     _log(payload, event="end", at=time.time(), k=key)
+
+
+def wait_for_file(payload: dict) -> None:
+    """Logs "start", waits until the file ``until`` exists (at most 120 s: a test that
+    forgot it must not hang the suite), then logs "end"."""
+    _log(payload, event="start")
+    end = time.monotonic() + 120
+    while not os.path.exists(payload["until"]) and time.monotonic() < end:
+        time.sleep(0.02)
+    _log(payload, event="end")

@@ -236,11 +236,15 @@ def test_drain_from_a_bare_cron_environment(db, log, tmp_path):
     assert (drain.returncode, out, err) == (0, b"", b"")
     assert [r["payload"] for r in ran(log)] == ["a", "b"]
     locks = tmp_path / ".local" / "state" / "mq" / "locks"
-    # The queue's slot, and on SQLite the directory of the drains' own lock files
+    # The database's directory, with the queue's slot and the note naming the
+    # database (slots.py), and on SQLite the directory of the drains' own lock files
     # (liveness.py): the drain took its file away as it ended.
-    expected = [f"{queue}.0.lock", "drains"] if db.kind == "sqlite" else [f"{queue}.0.lock"]
+    (mine,) = [p for p in locks.iterdir() if p.name.startswith("db-")]
+    expected = [mine.name, "drains"] if db.kind == "sqlite" else [mine.name]
     assert sorted(p.name for p in locks.iterdir()) == sorted(expected)
+    assert sorted(p.name for p in mine.iterdir()) == sorted(["database", f"{queue}.0.lock"])
     assert stat.S_IMODE(locks.stat().st_mode) == 0o700
+    assert stat.S_IMODE(mine.stat().st_mode) == 0o700
     if db.kind == "sqlite":
         assert list((locks / "drains").iterdir()) == []
         assert stat.S_IMODE((locks / "drains").stat().st_mode) == 0o700

@@ -309,6 +309,12 @@ class Backend(ABC):
     #: where this host's drains keep their lock files (SQLite's liveness)
     lock_dir: str = ""
 
+    @property
+    def lock_scope(self) -> str:
+        """What mq's server lock names (fleet slots) carry beside the queue: the table,
+        or the database and table where a lock is server-wide, not per database."""
+        return self.table
+
     def live_lock_take(self, owner: str) -> bool | None:
         """Take ``owner``'s lock for this session: True, False when someone holds it,
         None when this server cannot give one that dies with the session (Galera,

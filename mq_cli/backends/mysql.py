@@ -262,6 +262,12 @@ class MysqlBackend(SqlBackend):
 
     # -- liveness -------------------------------------------------------------
 
+    @property
+    def lock_scope(self) -> str:
+        # GET_LOCK names are server-wide: the database's name keeps two databases'
+        # fleet slots apart. Not its address, which each host may spell its own way.
+        return f"{self.settings.database}/{self.table}"
+
     def live_lock_take(self, owner: str) -> bool | None:
         if self.server.galera:
             # GET_LOCK is local to one node: another node would see every drain dead.

@@ -6,8 +6,11 @@ back together. A slot is one of ``max_drains`` locks per queue, held the way
 the database lets a lock die with its holder:
 
 - MariaDB/MySQL (one server) and PostgreSQL: a session lock (``GET_LOCK``, a
-  session advisory lock) on the drain's connection, named from the table, the
-  queue and the slot number (liveness.lock_name / lock_key). A killed drain's
+  session advisory lock) on the drain's connection, named from the backend's
+  ``lock_scope``, the queue and the slot number (liveness.lock_name / lock_key).
+  The scope is the table on PostgreSQL, whose advisory locks belong to one
+  database; on MariaDB, whose lock names are server-wide, the database's name
+  and the table, so two databases on one server never share a slot. A killed drain's
   session ends, and its slot is free at once. After a reconnect the drain takes
   its slot back; if another drain took it meanwhile, this one starts nothing more.
 - Galera (locks are local to a node) and a PostgreSQL transaction pooler (a
@@ -48,9 +51,10 @@ log = logging.getLogger("mq")
 RETAKE_TRIES = 6
 
 
-def slot_token(table: str, queue: str, number: int) -> str:
-    """What a session slot's lock name or key is derived from."""
-    return f"fleet:{table}:{queue}:{number}"
+def slot_token(scope: str, queue: str, number: int) -> str:
+    """What a session slot's lock name or key is derived from (``scope``: the
+    backend's lock_scope)."""
+    return f"fleet:{scope}:{queue}:{number}"
 
 
 def slot_dir(config: Config) -> str:
@@ -101,10 +105,10 @@ class Fleet:
         return True
 
     def _take(self, backend: Backend, queue: QueueConfig, kind: str, limit: int) -> bool:
-        table, owner = self.config.table, self._owner()
+        scope, owner = backend.lock_scope, self._owner()
         for number in range(limit):
             if kind == "session":
-                got = backend.live_lock_take(slot_token(table, queue.name, number))
+                got = backend.live_lock_take(slot_token(scope, queue.name, number))
             else:
                 got = backend.slot_row_take(queue.name, number, owner, queue.stalled_after)
             if got:
@@ -136,7 +140,7 @@ class Fleet:
         queue = self.queue
         if self.kind != "session" or queue is None:
             return
-        token = slot_token(self.config.table, queue.name, self.number)
+        token = slot_token(backend.lock_scope, queue.name, self.number)
         for attempt in range(RETAKE_TRIES):
             if backend.live_lock_take(token):
                 return
@@ -159,11 +163,11 @@ class Fleet:
             self._file.release()
             self._file = None
             return
-        table, owner = self.config.table, self._owner()
+        owner = self._owner()
 
         def give_back(backend: Backend) -> None:
             if kind == "session":
-                backend.live_lock_release(slot_token(table, queue.name, number))
+                backend.live_lock_release(slot_token(backend.lock_scope, queue.name, number))
             else:
                 backend.slot_row_release(queue.name, number, owner)
 
@@ -185,7 +189,7 @@ def in_use(backend: Backend, config: Config, queue: QueueConfig) -> int | None:
     held = 0
     if not getattr(getattr(backend, "server", None), "galera", False):
         held = sum(
-            not backend.live_lock_free(slot_token(config.table, queue.name, n))
+            not backend.live_lock_free(slot_token(backend.lock_scope, queue.name, n))
             for n in range(limit)
         )
     if not backend.limits_missing():

@@ -115,7 +115,8 @@ class Drain(DrainAcks):
             sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
         }
         try:
-            slots.ensure_lock_dir(self.config.lock_dir)
+            # This database's and table's slots: never another config's (slots.py).
+            slot_dir = slots.open_database_dir(self.config)
             paused, stuck = self._db(lambda b: b.drain_notes())
             if stuck.keys() & set(self.runlog.queues):  # these can start again: no note
                 startfail_clear(self._db, stuck.keys() & set(self.runlog.queues))
@@ -130,7 +131,7 @@ class Drain(DrainAcks):
                     self.report.paused.append(queue.name)
                     continue
                 concurrency = self.options.concurrency or queue.concurrency
-                slot = slots.acquire(self.config.lock_dir, queue.name, concurrency)
+                slot = slots.acquire(slot_dir, queue.name, concurrency)
                 if slot is None or not self.fleet.take(queue):  # the host's, then the fleet's
                     if slot is None:
                         log.info(
@@ -290,7 +291,7 @@ class Drain(DrainAcks):
 
     def _waiter(self, queue: QueueConfig) -> wakeup.Waiter | None:
         try:
-            return wakeup.Waiter(self.config.lock_dir, queue.name, self.backend)
+            return wakeup.Waiter(slots.database_dir(self.config), queue.name, self.backend)
         except (OSError, MqError) as exc:  # then it polls, as without one
             log.info("queue %s: no wake-up on enqueue (%s); polling", queue.name, exc)
             return None

@@ -1,11 +1,15 @@
 """Per-host drain slots: at most ``concurrency`` drains of a queue on one host.
 
-Slot n of queue Q is the lock file ``LOCK_DIR/Q.n.lock``, held with
-``flock``. The kernel drops the lock when its holder exits, however it exits
-(kill -9 included), so there is never a stale lock to clean up; that is also
-why the files are never deleted (deleting a lock file lets two processes
-hold "the same" slot through different inodes). The holder's pid is written
-into the file for operators (``cat ~/.local/state/mq/locks/mail.0.lock``).
+Slots belong to one database and table: slot n of queue Q is the lock file
+``LOCK_DIR/db-ID/Q.n.lock``, where ID names the database and table
+(core/identity.py), so two configs of one user on one host never share a slot;
+``LOCK_DIR/db-ID/database`` says which database that is, for operators. A slot
+is held with ``flock``. The kernel drops the lock when its holder exits,
+however it exits (kill -9 included), so there is never a stale lock to clean
+up; that is also why the files are never deleted (deleting a lock file lets two
+processes hold "the same" slot through different inodes). The holder's pid is
+written into the file for operators
+(``cat ~/.local/state/mq/locks/db-*/mail.0.lock``).
 """
 
 from __future__ import annotations
@@ -15,8 +19,13 @@ import fcntl
 import os
 import re
 import stat
+from typing import TYPE_CHECKING
 
 from mq_cli.core.errors import ConfigError
+from mq_cli.core.identity import database_id
+
+if TYPE_CHECKING:
+    from mq_cli.core.config import Config
 
 _QUEUE = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
 
@@ -68,6 +77,36 @@ def ensure_lock_dir(path: str) -> None:
             f"lock_dir {path} is writable by group or others "
             f"(mode {stat.S_IMODE(info.st_mode):o}); run `chmod 700 {path}`"
         )
+
+
+def database_dir(config: Config) -> str:
+    """The lock_dir's directory for ``config``'s database and table (a path only:
+    nothing is made or checked; see open_database_dir)."""
+    return os.path.join(config.lock_dir, "db-" + database_id(config.database, config.table))
+
+
+def open_database_dir(config: Config) -> str:
+    """database_dir, made and checked like the lock_dir itself (which is checked
+    too: a directory others can write to could swap ours), with a ``database``
+    file that names the database for operators; its path."""
+    ensure_lock_dir(config.lock_dir)
+    path = database_dir(config)
+    ensure_lock_dir(path)
+    about = os.path.join(path, "database")
+    if not os.path.lexists(about):
+        text = f"{config.database.describe()} table {config.table}\n"  # never a password
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(about, flags, 0o600)
+        except OSError:  # another drain wrote it first, or a full disk: only a note
+            return path
+        try:
+            os.write(fd, text.encode())
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return path
 
 
 class Slot:
@@ -122,7 +161,8 @@ def _open_lock_file(path: str) -> int:
 
 
 def acquire(lock_dir: str, queue: str, concurrency: int) -> Slot | None:
-    """The first free slot of ``queue`` on this host, or None when all are busy.
+    """The first free slot of ``queue`` among the lock files in ``lock_dir`` (a
+    drain's: its database_dir), or None when all are busy.
 
     Never waits: a drain started by cron while others still run simply has
     nothing to do. Checks the lock directory first (see ensure_lock_dir).

@@ -2,10 +2,13 @@
 on the same host, or of its enqueue on any host on PostgreSQL, instead of at its
 next poll.
 
-A waiting drain makes a FIFO ``LOCK_DIR/wake/QUEUE.PID`` and sleeps in
+A waiting drain makes a FIFO ``LOCK_DIR/db-ID/wake/QUEUE.PID`` and sleeps in
 ``select()`` on it, for at most its poll interval. A producer of the same user
 on the same host (the CLI, or the Python API with mq's own connection) writes
-one byte into each FIFO of the queue after its transaction commits. Nothing
+one byte into each FIFO of the queue after its transaction commits. ``db-ID``
+is the directory of the database and table (slots.database_dir): an enqueue
+wakes the drains of its own database only, not those of another config's queue
+of the same name. Nothing
 depends on the byte arriving: without one (a producer on another host, a
 message whose delay ends, an application's own transaction) the drain still
 polls at least once a second.
@@ -31,19 +34,19 @@ if TYPE_CHECKING:
     from mq_cli.backends.base import Backend
 
 
-def _directory(lock_dir: str) -> str:
-    return os.path.join(lock_dir, "wake")
+def _directory(database_dir: str) -> str:
+    return os.path.join(database_dir, "wake")
 
 
 class Waiter:
     """The FIFO of one waiting drain of one queue, and the database's own wake-up
     where it has one (PostgreSQL's LISTEN, for producers on any host)."""
 
-    def __init__(self, lock_dir: str, queue: str, backend: Backend | None = None):
+    def __init__(self, database_dir: str, queue: str, backend: Backend | None = None):
         self.queue = queue
         self.backend = backend
         self.fd = -1
-        directory = _directory(lock_dir)
+        directory = _directory(database_dir)
         self.path = os.path.join(directory, f"{queue}.{os.getpid()}")
         try:
             ensure_lock_dir(directory)  # 0700 and ours: nobody else can plant a FIFO here
@@ -97,9 +100,10 @@ class Waiter:
             pass
 
 
-def notify(lock_dir: str, queue: str) -> None:
-    """Wake every drain waiting for ``queue`` on this host; never fails."""
-    directory = _directory(lock_dir)
+def notify(database_dir: str, queue: str) -> None:
+    """Wake every drain of this database waiting for ``queue`` on this host (their
+    FIFOs are in ``database_dir``, slots.database_dir); never fails."""
+    directory = _directory(database_dir)
     try:
         names = os.listdir(directory)
     except OSError:  # no drain ever waited here, or not ours to look into

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -86,7 +87,7 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
             else:
                 results.append(_importable(f"queue {name}", label, path))
 
-    results.append(_lock_dir(config.lock_dir, slots.ensure_lock_dir))
+    results.append(_lock_dir(config, slots.open_database_dir))
     return results
 
 
@@ -158,16 +159,20 @@ def _permissions(path: str, holds_readable_password: bool) -> Check:
     return Check("config file", True, f"permissions {mode:o}")
 
 
-def _lock_dir(path: str, ensure: object) -> Check:
+def _lock_dir(config: Config, open_dir: Callable[[Config], str]) -> Check:
+    """The lock_dir and this database's directory in it (drain/slots.py), as a drain
+    would make and check them."""
+    path = config.lock_dir
     try:
-        ensure(path)  # type: ignore[operator]
+        path = open_dir(config)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".mq-check-"):
             pass
     except MqError as exc:
         return Check("lock_dir", False, str(exc))
     except OSError as exc:
         return Check("lock_dir", False, f"{path} is not writable: {exc.strerror}")
-    return Check("lock_dir", True, f"{path} usable")
+    # The directory is named: an operator looking for this database's slot files finds it.
+    return Check("lock_dir", True, f"{config.lock_dir} usable (this database's slots: {path})")
 
 
 def _schema(backend: Backend, table: str) -> Check:
