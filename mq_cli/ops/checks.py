@@ -187,11 +187,16 @@ def _schema(backend: Backend, table: str) -> Check:
 def _run_log(backend: Backend, retention: float) -> Check:
     """The run log's tables (`mq status`): without them drains work but record nothing."""
     from mq_cli.core.durations import format_duration
+    from mq_cli.drain.runlog import denied_text
 
     try:
-        missing = backend.runlog_missing()
+        access = backend.runlog_access()
     except MqError as exc:
         return Check("run log", False, str(exc))
+    denied = [name for name, why in access.items() if why == "denied"]
+    if denied:  # every drain warns and `mq status` fails, in these words
+        return Check("run log", False, denied_text("SELECT", denied).removeprefix("run log: "))
+    missing = [name for name, why in access.items() if why == "missing"]
     if missing:
         return Check(
             "run log", True,
