@@ -27,7 +27,6 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
     """Run every check that can run; a failed config stops the ones that need it."""
     from mq_cli.backends import open_backend
     from mq_cli.core.config import load_config
-    from mq_cli.drain import slots
     from mq_cli.runners import handlers
 
     results: list[Check] = []
@@ -86,7 +85,7 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
             else:
                 results.append(_importable(f"queue {name}", label, path))
 
-    results.append(_lock_dir(config.lock_dir, slots.ensure_lock_dir))
+    results.append(_lock_dir(config.lock_dir))
     return results
 
 
@@ -158,15 +157,23 @@ def _permissions(path: str, holds_readable_password: bool) -> Check:
     return Check("config file", True, f"permissions {mode:o}")
 
 
-def _lock_dir(path: str, ensure: object) -> Check:
+def _lock_dir(path: str) -> Check:
+    """Usable, or creatable by the first drain; looked at, never created (`mq check`
+    changes nothing: run as root or another user, it would make a directory that the
+    drains' user then cannot use)."""
+    from mq_cli.drain.slots import inspect_lock_dir
+
     try:
-        ensure(path)  # type: ignore[operator]
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".mq-check-"):
-            pass
+        exists = inspect_lock_dir(path)
+        if exists:
+            with tempfile.NamedTemporaryFile(dir=path, prefix=".mq-check-"):
+                pass
     except MqError as exc:
         return Check("lock_dir", False, str(exc))
     except OSError as exc:
         return Check("lock_dir", False, f"{path} is not writable: {exc.strerror}")
+    if not exists:
+        return Check("lock_dir", True, f"{path} will be created (mode 700) by the first drain")
     return Check("lock_dir", True, f"{path} usable")
 
 
