@@ -133,6 +133,7 @@ class PostgresBackend(PgClaims, PgAcks):
         self._sql = queries(table)
         unlock_claims_for_tests(self._sql, "claim", "claim_acking")
         self.driver_errors = (psycopg.Error,)
+        self._statement_pool = False  # a pool in statement mode refused a BEGIN here
         self._acks = AckInFlight(psycopg)
         self.conn = self._connect()
         if create and self.schema_version() is None:
@@ -212,6 +213,11 @@ class PostgresBackend(PgClaims, PgAcks):
             return DatabaseError(f"database does not exist at {where}: create it first")
         if connecting:
             return DatabaseError(f"cannot connect to the database at {where}: {text}")
+        if topology.STATEMENT_POOL_SAYS in text or (self._statement_pool and self.conn.closed):
+            # Not a lost connection to reconnect: the pooler closed it on purpose and
+            # will close the next one alike; what it closed says it again.
+            self._statement_pool = True
+            return DatabaseError(topology.statement_pool_text(self.settings))
         if state == INSUFFICIENT_PRIVILEGE:
             named = re.search(r"permission denied for table (\S+)", text)
             return PermissionDenied(
