@@ -272,12 +272,15 @@ class MQ:
         return status_html.render(status_html.gather(self, self._reader, status))
 
     def run_log_figures(self) -> tuple[dict[str, tuple[int, int]], dict[str, Throughput]]:
-        """({queue: (done, failed)} over the retained run log, {queue: the last hour})."""
+        """({queue: (done, failed)} over the retained run log, {queue: the last hour});
+        raises when this user cannot read the run log (missing tables, no SELECT)."""
+        from mq_cli.drain.runlog import problem
         from mq_cli.ops.status import hour_by_queue
 
         reader = self._reader
-        if reader.runlog_missing():
-            return {}, {}  # `mq status` and `mq check` say to run `mq init`
+        unreadable = problem(reader)
+        if unreadable is not None:
+            raise unreadable
         return reader.rollup_totals(), hour_by_queue(reader, reader.now().timestamp())
 
     def pause(self, queue: str) -> bool:

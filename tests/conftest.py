@@ -283,7 +283,8 @@ def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="session")
 def pgbouncers() -> Iterator[dict[str, Any]]:
-    """{pool_mode: PrivatePgbouncer}, each started on first use and stopped at the end."""
+    """{pool_mode: PrivatePgbouncer} (transaction, session, statement), each started on
+    first use and stopped at the end."""
     from tests.pooler import PrivatePgbouncer
 
     started: dict[str, Any] = {}

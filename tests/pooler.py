@@ -31,7 +31,8 @@ def pgbouncer_unavailable() -> str | None:
 
 
 class PrivatePgbouncer:
-    """``pool_mode`` (transaction or session) in front of ``server`` (host, port)."""
+    """``pool_mode`` (transaction, session, or statement: which mq refuses) in front of
+    ``server`` (host, port)."""
 
     def __init__(self, pool_mode: str, server: tuple[str, int] = ("127.0.0.1", 5432)):
         self.pool_mode = pool_mode

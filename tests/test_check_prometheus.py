@@ -28,7 +28,13 @@ def test_check_passes_on_a_good_setup(db, tmp_path):
     assert any("schema" in line and f"version {SCHEMA_VERSION}" in line for line in lines)
     assert any(line.startswith("ok") and "database mode" in line for line in lines)
     assert any("queue jobs" in line and "importable" in line for line in lines)
-    assert any("lock_dir" in line and "usable" in line for line in lines)
+    # No drain ran yet: the lock dir does not exist, and the check leaves it so.
+    assert any(
+        line.startswith("ok")
+        and "lock_dir" in line
+        and "created (mode 700) by the first drain" in line
+        for line in lines
+    ), result.stdout
 
 
 def test_check_finds_each_problem(db, tmp_path):
@@ -73,6 +79,36 @@ def test_check_reports_missing_schema(mysql_db):
     result = mysql_db.run("check")
     assert result.exit_code == 1
     assert re.search(r"FAIL\s+schema.*mq init", result.stdout)
+
+
+def test_check_looks_at_the_lock_dir_without_creating_it(sqlite_db, tmp_path):
+    lock_dir = tmp_path / "fresh" / "locks"
+    (tmp_path / "mq.yaml").write_text(
+        f"lock_dir: {lock_dir}\nqueues:\n  jobs: {{handler: 'tests.jobs:noop'}}\n"
+    )
+    assert sqlite_db.run("init").exit_code == 0
+    result = sqlite_db.run("check")
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.stdout.splitlines() if re.match(r"\w+\s+lock_dir\s", x))
+    assert line.startswith("ok") and "will be created (mode 700) by the first drain" in line
+    assert not (tmp_path / "fresh").exists()  # a check changes nothing
+    assert sqlite_db.run("drain", "-q", "jobs").exit_code == 0
+    assert lock_dir.is_dir()
+    line = next(
+        x for x in sqlite_db.run("check").stdout.splitlines() if re.match(r"\w+\s+lock_dir\s", x)
+    )
+    assert line.startswith("ok") and f"{lock_dir} usable" in line
+
+
+def test_check_fails_a_lock_dir_that_cannot_be_created(sqlite_db, tmp_path):
+    (tmp_path / "file").write_text("")
+    (tmp_path / "mq.yaml").write_text(f"lock_dir: {tmp_path / 'file' / 'locks'}\n")
+    assert sqlite_db.run("init").exit_code == 0
+    result = sqlite_db.run("check")
+    assert result.exit_code == 1, result.output
+    line = next(x for x in result.stdout.splitlines() if re.match(r"\w+\s+lock_dir\s", x))
+    assert line.startswith("FAIL") and "cannot create lock_dir" in line, line
+    assert "is not a directory" in line and "set lock_dir in the config" in line
 
 
 def test_check_reports_an_unreachable_database_with_exit_1(tmp_path):

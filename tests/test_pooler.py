@@ -67,6 +67,40 @@ def test_check_through_a_session_pooler_says_everything_works(pgbouncers, tmp_pa
         assert "pooler degrades" not in lines
 
 
+def test_a_statement_pooler_is_named_not_taken_for_a_lost_connection(pgbouncers, tmp_path):
+    """PgBouncer in statement mode refuses every transaction (and closes the connection):
+    mq says which pool mode will do, instead of "lost the connection"."""
+    from tests.conftest import _pg_database, _pg_problem, cannot_run_here
+    from tests.pooler import pgbouncer_unavailable
+
+    reason = _pg_problem or pgbouncer_unavailable()
+    if reason:
+        cannot_run_here(reason)
+    said = "PgBouncer in statement mode at postgresql://"
+    what = "cannot run mq's transactions; use pool_mode = transaction or session"
+    for direct in _pg_database(tmp_path):
+        assert direct.run("init").exit_code == 0
+        name = direct.url.rsplit("/", 1)[1]
+        db = Db("postgres", pgbouncers["statement"].url(name), tmp_path)
+
+        result = db.run("enqueue", "-q", "q", "1")
+        assert result.exit_code == 3, result.output
+        assert said in result.stderr and what in result.stderr, result.stderr
+        assert "lost the connection" not in result.stderr
+        assert result.stderr.count("\n") == 1  # one line, no traceback
+
+        assert direct.run("enqueue", "-q", "q", "1").exit_code == 0
+        result = db.run("drain", "-q", "q", "--handler", "tests.handlers:ok")
+        assert result.exit_code == 3, result.output
+        assert what in result.stderr and "lost the connection" not in result.stderr
+
+        stats = json.loads(direct.run("stats", "--json").stdout)["q"]
+        assert (stats["ready"], stats["processing"]) == (1, 0), stats  # nothing taken
+
+        lines = check_lines(db)
+        assert lines["writable"].startswith("FAIL") and what in lines["writable"], lines
+
+
 def test_check_on_a_direct_connection(pg_db):
     assert pg_db.run("init").exit_code == 0
     lines = check_lines(pg_db)

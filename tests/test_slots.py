@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mq_cli.core.errors import ConfigError
-from mq_cli.drain.slots import acquire, ensure_lock_dir
+from mq_cli.drain.slots import acquire, ensure_lock_dir, inspect_lock_dir
 
 HOLDER = textwrap.dedent(
     """
@@ -198,6 +198,34 @@ def test_lock_dir_that_cannot_be_created(tmp_path):
     blocker.write_text("")
     with pytest.raises(ConfigError, match="cannot create lock_dir"):
         ensure_lock_dir(str(blocker / "locks"))
+
+
+def test_inspecting_a_lock_dir_creates_nothing(tmp_path):
+    path = tmp_path / "a" / "locks"
+    assert inspect_lock_dir(str(path)) is False  # missing, and the first drain can make it
+    assert not (tmp_path / "a").exists()
+    ensure_lock_dir(str(path))
+    assert inspect_lock_dir(str(path)) is True
+
+
+def test_inspecting_says_what_ensuring_would(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(ConfigError, match="cannot create lock_dir .*is not a directory"):
+        inspect_lock_dir(str(blocker / "locks"))
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    with pytest.raises(ConfigError, match="writable by group or others"):
+        inspect_lock_dir(str(open_dir))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_inspecting_a_lock_dir_under_a_read_only_parent(tmp_path):
+    parent = tmp_path / "ro"
+    parent.mkdir(mode=0o500)
+    with pytest.raises(ConfigError, match="cannot create lock_dir .*not writable"):
+        inspect_lock_dir(str(parent / "locks"))
 
 
 @pytest.mark.parametrize("queue", ["../etc", "a/b", "", "x" * 65])

@@ -195,8 +195,11 @@ def test_status_without_the_run_log_tables_says_to_run_init(db, tmp_path):
     result = db.run("status")
     assert result.exit_code == 3
     assert "mq_messages_rollup are missing: run `mq init`" in result.stderr
-    out = tmp_path / "mq.prom"  # the gauges still come
-    assert db.run("stats", "--prometheus", str(out)).exit_code == 0
+    out = tmp_path / "mq.prom"  # the gauges still come, but not as if all were well
+    stats = db.run("stats", "--prometheus", str(out))
+    assert stats.exit_code == 3, stats.output
+    assert "mq_messages_rollup are missing: run `mq init`" in stats.stderr
     assert 'mq_messages{queue="jobs",state="ready"} 1' in out.read_text()
+    assert "mq_succeeded_total" not in out.read_text()
     assert db.run("init").exit_code == 0
     assert db.run("status").exit_code == 0

@@ -401,8 +401,8 @@ class Backend(ABC):
     # -- the run log (mq_cli/drain/runlog.py; times: Unix seconds, the database's clock) --
 
     @abstractmethod
-    def runlog_missing(self) -> list[str]:
-        """The run log's tables that do not exist."""
+    def runlog_access(self) -> dict[str, str]:
+        """The run log's tables this user cannot read: {table: "missing" | "denied"}."""
 
     @abstractmethod
     def run_start(

@@ -27,6 +27,7 @@ from mq_cli.core.errors import (
     Deadlock,
     MqError,
     PayloadTooLarge,
+    PermissionDenied,
     ReadOnly,
     SchemaMissing,
 )
@@ -42,6 +43,8 @@ else:
 ER_ACCESS_DENIED = 1045
 ER_BAD_DB = 1049
 ER_NO_SUCH_TABLE = 1146
+#: a table's or a column's privilege missing ("INSERT command denied ... for table `db`.`t`")
+ER_TABLE_DENIED = {1142, 1143}
 ER_LOCK_WAIT_TIMEOUT = 1205
 ER_LOCK_DEADLOCK = 1213
 ER_NET_PACKET_TOO_LARGE = 1153
@@ -219,6 +222,12 @@ class MysqlBackend(SqlBackend):
         if code == ER_NO_SUCH_TABLE:
             return SchemaMissing(
                 f"the queue table {self.table!r} is missing at {where}: run `mq init`"
+            )
+        if code in ER_TABLE_DENIED:
+            named = re.search(r"for table [`']?(?:[^`'.]*[`']?\.[`']?)?([^`'.\s]+)", str(text))
+            return PermissionDenied(
+                f"{where}: {text} (this user lacks a privilege: README, Least privilege)",
+                named.group(1) if named else None,
             )
         if code in RETRYABLE:
             return Deadlock(f"{where}: {text} (retries exhausted)")

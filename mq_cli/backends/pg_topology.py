@@ -41,6 +41,18 @@ log = logging.getLogger("mq")
 READ_ONLY = "the database is read-only (a standby?)"
 
 
+#: what PgBouncer in statement mode answers to a BEGIN (then it closes the connection)
+STATEMENT_POOL_SAYS = "transaction blocks not allowed in statement pooling mode"
+
+
+def statement_pool_text(settings: DatabaseSettings) -> str:
+    """The error for a pool in statement mode: every mq write is a transaction."""
+    return (
+        f"PgBouncer in statement mode at {settings.describe()} cannot run mq's transactions; "
+        "use pool_mode = transaction or session for this database (pgbouncer.ini)"
+    )
+
+
 def prepare_threshold(settings: DatabaseSettings) -> int | None:
     """psycopg's prepare_threshold at connect: None (never prepare on the server)
     where the config names a pooler; for ``auto``, :func:`probe_session` decides

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from mq_cli.core.errors import (
     DatabaseError,
     Deadlock,
     MqError,
+    PermissionDenied,
     ReadOnly,
     SchemaMissing,
 )
@@ -44,6 +46,7 @@ MAX_TABLE = 63 - len("_unique")
 #: deadlock, serialization failure, lock timeout: the statement changed nothing, run it again
 RETRYABLE = {"40P01", "40001", "55P03"}
 UNDEFINED_TABLE = "42P01"
+INSUFFICIENT_PRIVILEGE = "42501"
 #: read_only_sql_transaction: a write, or LISTEN, on a standby ("during recovery") or
 #: under default_transaction_read_only (how some failovers demote a primary)
 READ_ONLY_SQL_TRANSACTION = "25006"
@@ -130,6 +133,7 @@ class PostgresBackend(PgClaims, PgAcks):
         self._sql = queries(table)
         unlock_claims_for_tests(self._sql, "claim", "claim_acking")
         self.driver_errors = (psycopg.Error,)
+        self._statement_pool = False  # a pool in statement mode refused a BEGIN here
         self._acks = AckInFlight(psycopg)
         self.conn = self._connect()
         if create and self.schema_version() is None:
@@ -209,6 +213,17 @@ class PostgresBackend(PgClaims, PgAcks):
             return DatabaseError(f"database does not exist at {where}: create it first")
         if connecting:
             return DatabaseError(f"cannot connect to the database at {where}: {text}")
+        if topology.STATEMENT_POOL_SAYS in text or (self._statement_pool and self.conn.closed):
+            # Not a lost connection to reconnect: the pooler closed it on purpose and
+            # will close the next one alike; what it closed says it again.
+            self._statement_pool = True
+            return DatabaseError(topology.statement_pool_text(self.settings))
+        if state == INSUFFICIENT_PRIVILEGE:
+            named = re.search(r"permission denied for table (\S+)", text)
+            return PermissionDenied(
+                f"{where}: {text} (this user lacks a privilege: README, Least privilege)",
+                named.group(1) if named else None,
+            )
         if state == UNDEFINED_TABLE:
             return SchemaMissing(
                 f"the queue table {self.table!r} is missing at {where}: run `mq init`"

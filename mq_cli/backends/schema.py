@@ -141,8 +141,12 @@ def _step_2(backend: Backend) -> list[str]:
     return _create_runlog(backend, "created")
 
 
+def _runlog_missing(backend: Backend) -> list[str]:
+    return [name for name, why in backend.runlog_access().items() if why == "missing"]
+
+
 def _create_runlog(backend: Backend, verb: str) -> list[str]:
-    missing = backend.runlog_missing()
+    missing = _runlog_missing(backend)
     for name in backend.runlog_ddl:
         backend.run_schema(name)
     return [f"{verb} table {name} (the run log: mq status)" for name in missing]
@@ -201,7 +205,7 @@ def _repair(backend: Backend, shape: Shape) -> list[str]:
         raise DatabaseError(
             f"table {backend.table} has lost column(s) {', '.join(lost)}: {_repair_hint(lost[0])}"
         )
-    done = _create_runlog(backend, "restored") if backend.runlog_missing() else []
+    done = _create_runlog(backend, "restored") if _runlog_missing(backend) else []
     missing = backend.limits_missing()
     for name in backend.limits_ddl if missing else ():
         backend.run_schema(name)

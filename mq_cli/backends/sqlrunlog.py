@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 from mq_cli.backends.plumbing import SqlPlumbing, Tx
+from mq_cli.core.errors import PermissionDenied, SchemaMissing
 from mq_cli.core.models import Run, Slice
 
 T = TypeVar("T")
@@ -26,9 +27,19 @@ class SqlRunLog(SqlPlumbing):
         "create_runs", "create_runs_index", "create_rollup", "create_rollup_index",
     )  # fmt: skip
 
-    def runlog_missing(self) -> list[str]:
-        tables = (f"{self.table}_runs", f"{self.table}_rollup")
-        return [name for name in tables if not self._rows(self._sql["table_columns"], (name,))]
+    def runlog_access(self) -> dict[str, str]:
+        # Read, not looked up: a catalog hides a table from a user without privileges
+        # on it, so a table the user may not read looked missing. MySQL answers "denied"
+        # for a missing table too when the user has no privilege on the database.
+        found = {}
+        for name, probe in (("runs", "runs_probe"), ("rollup", "rollup_probe")):
+            try:
+                self._rows(self._sql[probe])
+            except SchemaMissing:
+                found[f"{self.table}_{name}"] = "missing"
+            except PermissionDenied:
+                found[f"{self.table}_{name}"] = "denied"
+        return found
 
     def run_start(
         self, owner: str, host: str, pid: int, queues: Sequence[str], queue: str, at: float

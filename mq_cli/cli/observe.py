@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from mq_cli.core.durations import format_duration
+from mq_cli.core.errors import MqError
 
 if TYPE_CHECKING:
-    pass
+    from mq_cli.ops.status import Throughput
 
 
 from mq_cli.cli.common import State, cli, json_option, pass_state, queue_option
@@ -29,7 +30,9 @@ def stats(state: State, queue: str | None, as_json: bool, prometheus_file: str |
 
     --prometheus adds, from the run log (see `mq status`), the counters
     mq_succeeded_total and mq_failed_total (over the retained history) and the
-    summaries mq_wait_seconds and mq_duration_seconds (the last hour).
+    summaries mq_wait_seconds and mq_duration_seconds (the last hour). When
+    the run log cannot be read (tables missing, no SELECT for this user), FILE
+    gets the gauges alone and the command exits 3 saying why.
 
     \b
     Example:  mq stats
@@ -41,14 +44,23 @@ def stats(state: State, queue: str | None, as_json: bool, prometheus_file: str |
     if prometheus_file:
         from mq_cli.ops import prometheus
 
-        totals, hour = state.mq.run_log_figures()
-        if queue is not None:
-            totals = {queue: totals.get(queue, (0, 0))}
-            hour = {name: hour[name] for name in hour if name == queue}
+        totals: dict[str, tuple[int, int]] | None = None
+        hour: dict[str, Throughput] | None = None
+        try:
+            totals, hour = state.mq.run_log_figures()
+        except MqError as exc:  # the gauges still go out; the run log's figures do not
+            unreadable: MqError | None = exc
+        else:
+            unreadable = None
+            if queue is not None:
+                totals = {queue: totals.get(queue, (0, 0))}
+                hour = {name: hour[name] for name in hour if name == queue}
         try:
             prometheus.write(prometheus_file, prometheus.render(result, None, totals, hour))
         except OSError as exc:
             raise click.FileError(prometheus_file, exc.strerror) from None
+        if unreadable is not None:
+            raise unreadable  # not exit 0 with a file that lacks the run log's metrics
         if not as_json:
             return
     if as_json:

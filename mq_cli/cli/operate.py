@@ -365,7 +365,8 @@ def check(state: State) -> None:
     unreachable database included (a warning alone does not fail it). Run it
     after every deploy, and now and then: it also warns when the queue table
     has grown in a way that costs (dead rows, free space, stale statistics),
-    naming the command that fixes it.
+    naming the command that fixes it. It changes nothing: a missing lock
+    directory is reported (the first drain creates it), not created.
 
     \b
     Example:  mq check

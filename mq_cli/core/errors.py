@@ -58,6 +58,15 @@ class EngineRefused(DatabaseError):
     CockroachDB, ...: backends/engines.py); nothing was run on it."""
 
 
+class PermissionDenied(DatabaseError):
+    """The database user lacks a privilege the statement needs (README: Least privilege)."""
+
+    def __init__(self, message: str, table: str | None = None):
+        super().__init__(message)
+        #: the table the server named, when its message said which (else None)
+        self.table = table
+
+
 class Deadlock(DatabaseError):
     """A deadlock or lock-wait timeout that survived its retries."""
 

@@ -20,11 +20,11 @@ import math
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mq_cli.core.errors import DatabaseError
+from mq_cli.core.errors import DatabaseError, MqError, PermissionDenied, SchemaMissing
 
 if TYPE_CHECKING:
     from mq_cli.backends.base import Backend
@@ -43,6 +43,30 @@ RUNNING_AFTER = 1.0
 LIVE_WITHIN = 90.0
 #: the default of the `run_log_retention` config key
 DEFAULT_RETENTION = 7 * 86400.0
+
+
+def denied_text(privilege: str, tables: Sequence[str]) -> str:
+    """What every command says when this user may not use the run log's tables."""
+    return (
+        f"run log: no {privilege} on {' and '.join(tables)} for this database user; "
+        "grant it (README: Least privilege)"
+    )
+
+
+def problem(backend: Backend) -> MqError | None:
+    """Why this user cannot read the run log (`mq status`, `mq check`, `mq stats
+    --prometheus`, a drain's warning say it alike); None when it can."""
+    access = backend.runlog_access()
+    denied = [name for name, why in access.items() if why == "denied"]
+    if denied:
+        return PermissionDenied(denied_text("SELECT", denied))
+    missing = [name for name, why in access.items() if why == "missing"]
+    if missing:
+        return SchemaMissing(
+            f"the run log's table(s) {', '.join(missing)} are missing: run `mq init` "
+            "to restore them"
+        )
+    return None
 
 
 class Histogram:
@@ -235,7 +259,7 @@ class RunLog:
         self._tally()
         if self.flush(exit_code=code) and self.retention > 0:
             before = self._db_time(time.time()) - self.retention
-            self._safely(lambda b: b.runlog_purge(before))
+            self._safely(lambda b: b.runlog_purge(before), "DELETE", "rollup", "runs")
 
     # -- writing ------------------------------------------------------------------
 
@@ -259,13 +283,12 @@ class RunLog:
         since = self._db_time(self._since) if running is not None else None
         ended = (now, exit_code) if exit_code is not None else None
 
-        def write(backend: Backend) -> None:
-            backend.rollup_add(rows)
-            backend.run_update(run_id, now, queue, counts, (running, since), ended)
-
-        if not self._safely(write):
+        if not self._safely(lambda b: b.rollup_add(rows), "INSERT", "rollup"):
             return False
-        self._tallies = {}
+        self._tallies = {}  # stored: a failed update below must not store them twice
+        update = (run_id, now, queue, counts, (running, since), ended)
+        if not self._safely(lambda b: b.run_update(*update), "UPDATE", "runs"):
+            return False
         self._running = running
         return True
 
@@ -277,7 +300,7 @@ class RunLog:
             at = self._db_time(self._started)
             return backend.run_start(self.owner(), host, os.getpid(), self.queues, queue, at)
 
-        run_id = self._safely(start)
+        run_id = self._safely(start, "INSERT", "runs")
         if run_id is None:
             self.enabled = False  # no row to update: this run goes unrecorded
             return False
@@ -287,18 +310,32 @@ class RunLog:
     def _db_time(self, local: float) -> float:
         return local + self._offset
 
-    def _safely(self, operation: Callable[[Backend], Any]) -> Any:
+    def _safely(self, operation: Callable[[Backend], Any], privilege: str, *tables: str) -> Any:
+        """``operation``, which needs ``privilege`` on the run log's ``tables``
+        (``runs``, ``rollup``); None when it failed (said once per run)."""
+        backend = self._backend()
         try:
-            result = operation(self._backend())
+            result = operation(backend)
         except Exception as exc:  # noqa: BLE001 - the run log must never fail a drain
-            if not self._warned:
+            if self._warned:
+                log.debug("run log: %s", exc)
+            elif isinstance(exc, PermissionDenied):
+                self._warned = True
+                names = [f"{backend.table}_{name}" for name in tables]
+                text = denied_text(privilege, [exc.table] if exc.table in names else names)
+                try:  # without SELECT every write fails: say what the other commands say
+                    unreadable = problem(backend)
+                except MqError:
+                    unreadable = None
+                if isinstance(unreadable, PermissionDenied):
+                    text = str(unreadable)
+                log.warning("%s; the drain goes on, `mq status` will miss this run", text)
+            else:
                 self._warned = True
                 log.warning(
                     "run log: could not record this drain run (%s); the drain goes on, "
                     "`mq status` will miss it (run `mq init` if a table is missing)",
                     exc,
                 )
-            else:
-                log.debug("run log: %s", exc)
             return None
         return True if result is None else result

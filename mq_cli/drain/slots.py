@@ -38,6 +38,35 @@ def ensure_lock_dir(path: str) -> None:
     slots (no drain runs) or swap lock files, so it is refused, as is a
     symlink, rather than trusted.
     """
+    for directory in reversed(_missing(path)):
+        try:
+            os.mkdir(directory, 0o700)
+            os.chmod(directory, 0o700)  # whatever the umask said
+        except FileExistsError:  # another drain got there first; checked below
+            pass
+        except OSError as exc:
+            raise _cannot_create(path, exc.strerror or str(exc)) from None
+    _check_existing(path)
+
+
+def inspect_lock_dir(path: str) -> bool:
+    """What :func:`ensure_lock_dir` would say, without creating anything (`mq check`):
+    True when ``path`` exists and is fit, False when it is missing and the first drain
+    can create it; ConfigError when it is unfit or cannot be created."""
+    missing = _missing(path)
+    if not missing:
+        _check_existing(path)
+        return True
+    parent = os.path.dirname(missing[-1])  # the nearest ancestor that exists
+    if not os.path.isdir(parent):
+        raise _cannot_create(path, f"{parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise _cannot_create(path, f"{parent} is not writable for this user")
+    return False
+
+
+def _missing(path: str) -> list[str]:
+    """``path`` and its ancestors that do not exist, nearest first."""
     missing = []
     current = os.path.abspath(path)
     while not os.path.lexists(current):
@@ -46,17 +75,16 @@ def ensure_lock_dir(path: str) -> None:
         if parent == current:
             break
         current = parent
-    for directory in reversed(missing):
-        try:
-            os.mkdir(directory, 0o700)
-            os.chmod(directory, 0o700)  # whatever the umask said
-        except FileExistsError:  # another drain got there first; checked below
-            pass
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot create lock_dir {path}: {exc.strerror}; "
-                "create it (mode 700) or set lock_dir in the config"
-            ) from None
+    return missing
+
+
+def _cannot_create(path: str, why: str) -> ConfigError:
+    return ConfigError(
+        f"cannot create lock_dir {path}: {why}; create it (mode 700) or set lock_dir in the config"
+    )
+
+
+def _check_existing(path: str) -> None:
     info = os.lstat(path)
     if stat.S_ISLNK(info.st_mode):
         raise ConfigError(

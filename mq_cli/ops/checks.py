@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -28,7 +27,6 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
     """Run every check that can run; a failed config stops the ones that need it."""
     from mq_cli.backends import open_backend
     from mq_cli.core.config import load_config
-    from mq_cli.drain import slots
     from mq_cli.runners import handlers
 
     results: list[Check] = []
@@ -87,7 +85,7 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
             else:
                 results.append(_importable(f"queue {name}", label, path))
 
-    results.append(_lock_dir(config, slots.open_database_dir))
+    results.append(_lock_dir(config))
     return results
 
 
@@ -159,20 +157,31 @@ def _permissions(path: str, holds_readable_password: bool) -> Check:
     return Check("config file", True, f"permissions {mode:o}")
 
 
-def _lock_dir(config: Config, open_dir: Callable[[Config], str]) -> Check:
-    """The lock_dir and this database's directory in it (drain/slots.py), as a drain
-    would make and check them."""
+def _lock_dir(config: Config) -> Check:
+    """The lock_dir and this database's directory in it (drain/slots.py): usable, or
+    creatable by the first drain; looked at, never created (`mq check` changes
+    nothing: run as root or another user, it would make a directory that the
+    drains' user then cannot use)."""
+    from mq_cli.drain.slots import database_dir, inspect_lock_dir
+
     path = config.lock_dir
+    mine = database_dir(config)
     try:
-        path = open_dir(config)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".mq-check-"):
-            pass
+        exists = inspect_lock_dir(path)
+        if exists:
+            with tempfile.NamedTemporaryFile(dir=path, prefix=".mq-check-"):
+                pass
+            if inspect_lock_dir(mine):
+                with tempfile.NamedTemporaryFile(dir=mine, prefix=".mq-check-"):
+                    pass
     except MqError as exc:
         return Check("lock_dir", False, str(exc))
     except OSError as exc:
         return Check("lock_dir", False, f"{path} is not writable: {exc.strerror}")
+    if not exists:
+        return Check("lock_dir", True, f"{path} will be created (mode 700) by the first drain")
     # The directory is named: an operator looking for this database's slot files finds it.
-    return Check("lock_dir", True, f"{config.lock_dir} usable (this database's slots: {path})")
+    return Check("lock_dir", True, f"{path} usable (this database's slots: {mine})")
 
 
 def _schema(backend: Backend, table: str) -> Check:
@@ -192,11 +201,16 @@ def _schema(backend: Backend, table: str) -> Check:
 def _run_log(backend: Backend, retention: float) -> Check:
     """The run log's tables (`mq status`): without them drains work but record nothing."""
     from mq_cli.core.durations import format_duration
+    from mq_cli.drain.runlog import denied_text
 
     try:
-        missing = backend.runlog_missing()
+        access = backend.runlog_access()
     except MqError as exc:
         return Check("run log", False, str(exc))
+    denied = [name for name, why in access.items() if why == "denied"]
+    if denied:  # every drain warns and `mq status` fails, in these words
+        return Check("run log", False, denied_text("SELECT", denied).removeprefix("run log: "))
+    missing = [name for name, why in access.items() if why == "missing"]
     if missing:
         return Check(
             "run log", True,

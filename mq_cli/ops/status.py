@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mq_cli.core.errors import ConfigError, DatabaseError
+from mq_cli.core.errors import ConfigError
 from mq_cli.core.models import QueueStats, Run, Slice
+from mq_cli.drain import runlog
 from mq_cli.drain.runlog import LIVE_WITHIN, Histogram
 from mq_cli.ops.limits import QueueLimits
 
@@ -177,12 +178,9 @@ def hour_by_queue(backend: Backend, now: float) -> dict[str, Throughput]:
 
 def read(mq: Reader, backend: Backend, queue: str | None = None) -> Status:
     """What `mq status` shows; ``queue`` narrows it (an unknown one is exit 2)."""
-    missing = backend.runlog_missing()
-    if missing:
-        raise DatabaseError(
-            f"the run log's table(s) {', '.join(missing)} are missing: run `mq init` "
-            "to restore them"
-        )
+    unreadable = runlog.problem(backend)
+    if unreadable is not None:
+        raise unreadable
     stats = mq.stats(queue)
     now = backend.now().timestamp()
     slices = backend.rollup_since(now - 3600)

@@ -476,6 +476,14 @@ DELETE FROM "{table}_rollup" WHERE id IN (
   SELECT id FROM "{table}_rollup" WHERE slice_end < ? LIMIT 1000
 )
 
+-- name: runs_probe
+-- Whether this user may read the table (`mq check`, `mq status`, `mq stats
+-- --prometheus`): it reads no row.
+SELECT id FROM "{table}_runs" WHERE 1 = 0
+
+-- name: rollup_probe
+SELECT id FROM "{table}_rollup" WHERE 1 = 0
+
 -- name: runs_live
 SELECT id, owner, host, pid, queues, queue, started_at, seen_at, ended_at, claimed, succeeded,
        failed, returned, exit_code, running_id, running_since
