@@ -179,7 +179,12 @@ def _lock_dir(config: Config) -> Check:
     except OSError as exc:
         return Check("lock_dir", False, f"{path} is not writable: {exc.strerror}")
     if not exists:
-        return Check("lock_dir", True, f"{path} will be created (mode 700) by the first drain")
+        return Check(
+            "lock_dir",
+            True,
+            f"{path} will be created (mode 700) by the first drain "
+            f"(this database's slots: {mine})",
+        )
     # The directory is named: an operator looking for this database's slot files finds it.
     return Check("lock_dir", True, f"{path} usable (this database's slots: {mine})")
 
