@@ -317,12 +317,23 @@ class MQ:
 
         return operate.show(self._reader, ident)
 
-    def activity(self, message: Message) -> tuple[str, float | None] | None:
-        """A held message: ("running", seconds so far) or ("waiting", None) in its
-        drain's batch, as the run log tells; None when it cannot tell."""
+    def state(self, message: Message) -> str:
+        """What `mq list` and `mq stats` call the message now: ready, delayed,
+        processing, stalled (its drain is gone, or no heartbeat for stalled_after)
+        or failed."""
         from mq_cli.ops import operate
 
-        return operate.show_activity(self._reader, message)
+        return operate.state_of(self.config, self._reader, message)
+
+    def activity(
+        self, message: Message, state: str | None = None
+    ) -> tuple[str, float | None] | None:
+        """A message held by a live drain: ("running", seconds so far) or ("waiting",
+        None) in its drain's batch, as the run log tells; None when it cannot tell,
+        and for any other message (``state``: :meth:`state`'s, if known already)."""
+        from mq_cli.ops import operate
+
+        return operate.show_activity(self._reader, message, state or self.state(message))
 
     # -- operating --------------------------------------------------------
 
@@ -361,6 +372,21 @@ class MQ:
         from mq_cli.ops import operate
 
         return operate.change_by_id(self.backend, "delete", ids, force)
+
+    def require_known(self, queue: str, traces: bool = False, more: str = "") -> None:
+        """ConfigError (exit 2) for a queue that is neither configured, nor holds a
+        message, nor is paused (``traces``: the caller found none of its own either,
+        ``more`` says which): a typo in -q must not look like an empty queue."""
+        validate_queue_name(queue)
+        if traces or queue in self.config.queues or queue in self.paused():
+            return
+        if self.count(queue) > 0:
+            return
+        existing = sorted(set(self.config.queues) | set(self.stats()))
+        raise ConfigError(
+            f"queue {queue!r} is unknown: not configured, no messages{more}; "
+            f"queues: {', '.join(existing) or 'none'}"
+        )
 
     def count(self, queue: str, status: str | None = None) -> int:
         """How many live messages a queue holds (of one status)."""

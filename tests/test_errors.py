@@ -145,9 +145,10 @@ def test_bad_scheme_names_the_schemes():
 def test_bad_usage_is_exit_2(args: list[str], named: str, tmp_path):
     result = mq("-d", f"sqlite:///{tmp_path}/mq.db", *args)
     assert result.exit_code == 2, result.output
-    # click's usage error: ["Usage: ...", "Try '... --help' for help."], "Error: ...".
-    error = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
-    assert len(error) == 1 and named in error[0], result.stderr
+    # Every error is `mq:` lines: what is wrong, then where the help is.
+    lines = result.stderr.splitlines()
+    assert all(line.startswith("mq: ") for line in lines), result.stderr
+    assert len(lines) == 2 and named in lines[0] and "--help" in lines[1], result.stderr
     assert "Traceback" not in result.output
     assert result.stdout == ""
     assert not (tmp_path / "mq.db").exists()

@@ -103,13 +103,34 @@ def test_list_json_shape(db):
         ident, "jobs", "ready", 3,
     )  # fmt: skip
     assert entry["created_at"].endswith("Z") and "payload" not in entry
-    assert json.loads(db.run("list", "-q", "empty", "--json").stdout) == []
+    unknown = db.run("list", "-q", "empty", "--json")
+    assert unknown.exit_code == 2 and unknown.stdout == ""
+    assert "queue 'empty' is unknown" in unknown.stderr
 
 
 def test_list_of_an_empty_queue(db):
-    result = db.run("list", "-q", "jobs")
+    config = db.tmp / "mq.yaml"
+    config.write_text("queues:\n  jobs: {handler: tests.handlers:ok}\n")
+    result = db.run("-c", str(config), "list", "-q", "jobs")
     assert result.exit_code == 0
     assert result.stdout.strip() == "no messages in queue jobs"
+    assert json.loads(db.run("-c", str(config), "list", "-q", "jobs", "--json").stdout) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["list", "-q", "jbos"], ["stats", "-q", "jbos"], ["status", "-q", "jbos"],
+     ["gc", "--stalled", "-q", "jbos"], ["gc", "--errors", "-q", "jbos"],
+     ["purge", "-q", "jbos", "--yes"]],
+)  # fmt: skip
+def test_an_unknown_queue_is_the_same_usage_error_everywhere(db, args):
+    enqueue(db, "jobs", b'"a"')
+    result = db.run(*args)
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("mq: queue 'jbos' is unknown: not configured, no messages")
+    assert line.endswith("jobs")  # the queues there are
 
 
 @pytest.mark.parametrize(
@@ -341,8 +362,8 @@ def test_purge_keeps_what_a_drain_may_be_running_unless_forced(db):
 def test_purge_of_an_unknown_empty_queue_says_so(db):
     enqueue(db, "jobs", b'"a"')
     result = db.run("purge", "-q", "jbos", "--yes")
-    assert result.exit_code == 0, result.output
-    assert "queue jbos holds no messages and is not in the config" in result.stderr
+    assert result.exit_code == 2, result.output
+    assert "queue 'jbos' is unknown: not configured, no messages" in result.stderr
     assert "jobs" in result.stderr
     assert len(rows(db)) == 1
 

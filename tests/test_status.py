@@ -184,6 +184,7 @@ def test_prometheus_counters_and_summaries(db, tmp_path):
     p95 = ("mq_duration_seconds", (("quantile", "0.95"), ("queue", "jobs")))
     assert 0.08 <= samples[p95] <= 0.13
     assert ("mq_wait_seconds", (("quantile", "0.5"), ("queue", "jobs"))) in samples
+    enqueue(db, "other", '"waits"')
     narrowed = db.run("stats", "-q", "other", "--prometheus", str(out))
     assert narrowed.exit_code == 0, narrowed.output
     assert 'mq_succeeded_total{queue="other"} 0' in out.read_text()

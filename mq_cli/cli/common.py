@@ -82,7 +82,25 @@ class State:
 
 
 class MqGroup(click.Group):
-    """Turns mq's own errors into one or two lines on stderr and the documented exit code."""
+    """Turns every error into one or two `mq:` lines on stderr and the documented exit code."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        # click's standalone mode would print its own "Usage: ... Error: ..." block.
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().main(*args, **kwargs)
+        except click.exceptions.Abort:
+            click.echo("mq: aborted: nothing was changed", err=True)
+            sys.exit(1)
+        except click.UsageError as exc:
+            click.echo(f"mq: {exc.format_message()}", err=True)
+            where = exc.ctx.command_path if exc.ctx is not None else "mq"
+            click.echo(f"mq: see `{where} --help`", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"mq: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from mq_cli.core.durations import format_duration
-from mq_cli.core.errors import MqError
+from mq_cli.core.errors import ConfigError, MqError
 
 if TYPE_CHECKING:
     from mq_cli.ops.status import Throughput
@@ -40,6 +40,8 @@ def stats(state: State, queue: str | None, as_json: bool, prometheus_file: str |
     Example (crontab, feeding node_exporter's textfile collector):
       * * * * *  /opt/mq/bin/mq stats --prometheus /var/lib/node_exporter/mq.prom
     """
+    if queue is not None:
+        state.mq.require_known(queue)
     result = state.mq.stats(queue)
     if prometheus_file:
         from mq_cli.ops import prometheus
@@ -58,7 +60,7 @@ def stats(state: State, queue: str | None, as_json: bool, prometheus_file: str |
         try:
             prometheus.write(prometheus_file, prometheus.render(result, None, totals, hour))
         except OSError as exc:
-            raise click.FileError(prometheus_file, exc.strerror) from None
+            raise _unwritable(prometheus_file, exc) from None
         if unreadable is not None:
             raise unreadable  # not exit 0 with a file that lacks the run log's metrics
         if not as_json:
@@ -119,7 +121,7 @@ def status(state: State, queue: str | None, as_json: bool, html_file: str | None
         try:
             status_html.write(html_file, page)
         except OSError as exc:
-            raise click.FileError(html_file, exc.strerror) from None
+            raise _unwritable(html_file, exc) from None
         if not as_json:
             return
     if as_json:
@@ -166,6 +168,12 @@ def resume(state: State, queues: tuple[str, ...]) -> None:
             click.echo(f"queue {queue} resumed")
         else:
             click.echo(f"queue {queue} was not paused")
+
+
+def _unwritable(path: str, exc: OSError) -> ConfigError:
+    return ConfigError(
+        f"cannot write {path}: {exc.strerror}; give a path in a directory this user can write"
+    )
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:

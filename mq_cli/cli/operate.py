@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -21,6 +21,20 @@ if TYPE_CHECKING:
 # as models.STATUSES; written out so that `mq --help` need not import the models
 STATUSES = ("ready", "processing", "failed")
 STATES = ("ready", "delayed", "processing", "stalled", "failed")
+
+
+class MessageId(click.ParamType):
+    """A message id: a whole number from 1, as `mq list` and `mq enqueue` print them."""
+
+    name = "ID"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and value >= 1:
+            return value
+        text = str(value).strip()
+        if text.isdigit() and int(text) >= 1:
+            return int(text)
+        self.fail(f"{value!r} is not a message id: ids are whole numbers from 1 (see `mq list`)")
 
 
 def _exit(code: int) -> None:
@@ -95,6 +109,8 @@ def gc(
     kind = "stalled" if stalled else "failed"
     action = "requeue" if requeue else "delete" if delete else None
     mq = state.mq
+    for queue in queues:
+        mq.require_known(queue)
     out = render.JsonArray(click.echo) if as_json else None
     writer, to_rows = render.gc_table(kind)
     now = None
@@ -184,6 +200,8 @@ def list_(state: State, queue: str | None, status: str | None, limit: int, as_js
     """
     from mq_cli.core import render
 
+    if queue is not None:
+        state.mq.require_known(queue)
     listing = state.mq.list_messages(queue, status, limit)
     if as_json:
         click.echo(json.dumps([_listed(m, listing) for m in listing.messages]))
@@ -207,7 +225,7 @@ def _listed(message: Message, listing: Listing) -> dict[str, object]:
 
 
 @cli.command()
-@click.argument("ident", metavar="ID", type=click.IntRange(min=1))
+@click.argument("ident", metavar="ID", type=MessageId())
 @json_option
 @pass_state
 def show(state: State, ident: int, as_json: bool) -> None:
@@ -224,20 +242,20 @@ def show(state: State, ident: int, as_json: bool) -> None:
     from mq_cli.core import render
 
     message = state.mq.show(ident)
-    activity = state.mq.activity(message)
+    now_state = state.mq.state(message)
+    activity = state.mq.activity(message, now_state)
     if as_json:
         found = message.to_json(with_payload=True)
+        found["state"] = now_state
         found["activity"], found["running_seconds"] = activity or (None, None)
         click.echo(json.dumps(found))
     else:
-        click.echo(render.message_text(message, state.mq.now(), activity))
+        click.echo(render.message_text(message, state.mq.now(), activity, now_state))
 
 
 # -- retry, delete, purge ---------------------------------------------------------------
 
-ids_argument = click.argument(
-    "ids", metavar="ID...", nargs=-1, required=True, type=click.IntRange(min=1)
-)
+ids_argument = click.argument("ids", metavar="ID...", nargs=-1, required=True, type=MessageId())
 force_option = click.option(
     "--force", is_flag=True, help="Also take a processing message from the drain holding it."
 )
@@ -322,15 +340,7 @@ def purge(state: State, queue: str, status: str | None, yes: bool, force: bool) 
             "purge --status processing deletes messages drains may be running now: add "
             "--force (for messages of dead drains: mq gc --stalled --delete)"
         )
-    known = state.mq.count(queue) > 0 or queue in state.mq.config.queues
-    if not known:
-        others = ", ".join(sorted(state.mq.stats())) or "none"
-        click.echo(
-            f"mq: queue {queue} holds no messages and is not in the config "
-            f"(queues with messages or configured: {others})",
-            err=True,
-        )
-        return
+    state.mq.require_known(queue)
     if not yes:
         if not _stdin_is_terminal():
             raise click.UsageError(

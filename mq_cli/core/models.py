@@ -12,6 +12,28 @@ STATES = ("ready", "delayed", "processing", "stalled", "failed")
 STATE_STATUS = {"delayed": "ready", "stalled": "processing"}
 
 
+def message_state(
+    status: str,
+    available_at: datetime,
+    heartbeat_at: datetime | None,
+    owner_dead: bool,
+    now: datetime,
+    stalled_after: float,
+) -> str:
+    """One of STATES: what every view calls a message (stats counts the same in SQL).
+
+    Ready splits into ready now and delayed (a retry's backoff, --delay);
+    processing into a live claim and a stalled one (no heartbeat for
+    ``stalled_after``, or its drain is gone: its lock is free).
+    """
+    if status == "ready":
+        return "delayed" if available_at > now else "ready"
+    if status == "processing":
+        old = heartbeat_at is not None and (now - heartbeat_at).total_seconds() > stalled_after
+        return "stalled" if old or owner_dead else "processing"
+    return status
+
+
 def iso(moment: datetime | None) -> str | None:
     """ISO 8601 UTC with a Z, as every --json output writes times."""
     if moment is None:

@@ -134,7 +134,6 @@ def list_rows(listing: Listing) -> list[list[str]]:
         status = listing.states.get(m.id) or (
             "stalled" if is_stalled(m, now, listing.stalled_after) else m.status
         )
-        status = "ready" if status == "delayed" else status  # AVAILABLE IN says when
         doing = listing.activity.get(m.id)
         if doing is not None:
             kind, seconds = doing
@@ -183,7 +182,10 @@ def gc_table(kind: str) -> tuple[TableWriter, Callable[[list[Message], datetime]
 
 
 def message_text(
-    message: Message, now: datetime, activity: tuple[str, float | None] | None = None
+    message: Message,
+    now: datetime,
+    activity: tuple[str, float | None] | None = None,
+    state: str | None = None,
 ) -> str:
     """Every field, last_error in full, then the payload as readably as it allows."""
 
@@ -197,7 +199,7 @@ def message_text(
     fields = [
         ("id", str(message.id)),
         ("queue", printable(message.queue)),
-        ("status", message.status + _activity_note(message, activity)),
+        ("status", _status_line(message, now, activity, state or message.status)),
         ("priority", str(message.priority)),
         ("error_count", str(message.error_count)),
         ("created_at", when(message.created_at)),
@@ -216,6 +218,23 @@ def message_text(
     lines.append(f"payload ({len(message.payload or b'')} bytes, {kind}):")
     lines.append(view)
     return "\n".join(lines)
+
+
+def _status_line(
+    message: Message, now: datetime, activity: tuple[str, float | None] | None, state: str
+) -> str:
+    """The state as `mq list` and `mq stats` call it, and what it means now."""
+    if state == "delayed":
+        wait = format_duration((message.available_at - now).total_seconds())
+        return f"delayed (ready in {wait})"
+    if state == "stalled":
+        drain = printable(message.owner or "?")
+        return (
+            f"stalled (stored as processing by drain {drain}, which is gone or silent "
+            f"past stalled_after; `mq gc --stalled --requeue -q {printable(message.queue)}` "
+            "runs it again)"
+        )
+    return state + _activity_note(message, activity)
 
 
 def _activity_note(message: Message, activity: tuple[str, float | None] | None) -> str:

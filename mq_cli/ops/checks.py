@@ -182,8 +182,7 @@ def _lock_dir(config: Config) -> Check:
         return Check(
             "lock_dir",
             True,
-            f"{path} will be created (mode 700) by the first drain "
-            f"(this database's slots: {mine})",
+            f"{path} will be created (mode 700) by the first drain (this database's slots: {mine})",
         )
     # The directory is named: an operator looking for this database's slot files finds it.
     return Check("lock_dir", True, f"{path} usable (this database's slots: {mine})")

@@ -30,6 +30,7 @@ from mq_cli.core.models import (
     GcReport,
     Listing,
     Message,
+    message_state,
 )
 from mq_cli.drain import clock
 from mq_cli.drain.recovery import (
@@ -122,8 +123,8 @@ class Gc:
             bound = self.older_than if self.older_than is not None else queue.stalled_after
             result = GcQueueResult(name)
             report.queues.append(result)
-            if self.kind == "stalled":
-                mark_dead(self.backend, name)
+            if self.kind == "stalled" and self.action is not None:
+                mark_dead(self.backend, name)  # a write: only when we act on them
             if clock_says_wait(state, name, bound):
                 continue
             if self.action is None or self.notify:
@@ -137,7 +138,7 @@ class Gc:
     def _list_then_act(self, queue: QueueConfig, bound: float, result: GcQueueResult) -> None:
         matched: list[Message] = []
         after = 0
-        while page := find(self.backend, self.kind, queue.name, bound, after):
+        while page := self._find(queue.name, bound, after):
             result.matched += len(page)
             after = page[-1].id
             if self.action is None and self.on_batch is not None:
@@ -152,6 +153,20 @@ class Gc:
                 changed = change(self.backend, self.kind, self.action, queue, bound, batch, result)
                 if self.on_batch is not None and changed:
                     self.on_batch(changed)
+
+    def _find(self, name: str, bound: float, after: int) -> list[Message]:
+        if self.action is not None or self.kind != "stalled":
+            return find(self.backend, self.kind, name, bound, after)
+        # Only looking: a dead drain's messages are told by its free lock, as `mq list`
+        # tells them, not marked (mark_dead writes).
+        while page := self.backend.list_messages(name, "processing", after, OPERATE_BATCH):
+            now = self.backend.now()
+            dead = self.backend.dead_owners([m.owner for m in page])
+            stalled = [m for m in page if _state(m, now, bound, dead) == "stalled"]
+            if stalled:
+                return stalled
+            after = page[-1].id
+        return []
 
     def _call(self, queue: QueueConfig, messages: list[Message]) -> str | None:
         """Run the queue's callback once with all its matches; the error if it failed."""
@@ -246,14 +261,10 @@ def activities(
 
 
 def _state(message: Message, now: datetime, stalled_after: float, dead: set[str]) -> str:
-    """The message's state as `mq stats` counts it."""
-    if message.status == "ready":
-        return "delayed" if message.available_at > now else "ready"
-    if message.status == "processing":
-        heartbeat = message.heartbeat_at
-        old = heartbeat is not None and (now - heartbeat).total_seconds() > stalled_after
-        return "stalled" if old or message.owner in dead else "processing"
-    return message.status
+    return message_state(
+        message.status, message.available_at, message.heartbeat_at,
+        message.owner in dead, now, stalled_after,
+    )  # fmt: skip
 
 
 def show(backend: Backend, ident: int) -> Message:
@@ -266,9 +277,18 @@ def show(backend: Backend, ident: int) -> Message:
     return message
 
 
-def show_activity(backend: Backend, message: Message) -> tuple[str, float | None] | None:
-    """For `mq show`: ("running", seconds) or ("waiting", None) for a held message."""
-    if message.status != "processing":
+def state_of(config: Config, backend: Backend, message: Message) -> str:
+    """The message's state (one of STATES) as `mq list` and `mq stats` tell it."""
+    dead = backend.dead_owners([message.owner]) if message.status == "processing" else set()
+    return _state(message, backend.now(), config.queue(message.queue).stalled_after, dead)
+
+
+def show_activity(
+    backend: Backend, message: Message, state: str
+) -> tuple[str, float | None] | None:
+    """For `mq show`: ("running", seconds) or ("waiting", None) for a message held by
+    a live drain (``state`` processing); None for any other."""
+    if state != "processing":
         return None
     return activities(backend, [message], backend.now()).get(message.id)
 

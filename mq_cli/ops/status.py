@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mq_cli.core.errors import ConfigError
 from mq_cli.core.models import QueueStats, Run, Slice
 from mq_cli.drain import runlog
 from mq_cli.drain.runlog import LIVE_WITHIN, Histogram
@@ -32,6 +31,8 @@ class Reader(Protocol):
     def stats(self, queue: str | None = None) -> dict[str, QueueStats]: ...
 
     def queue(self, name: str) -> QueueConfig: ...
+
+    def require_known(self, queue: str, traces: bool = False, more: str = "") -> None: ...
 
 
 #: runs read for "recent runs", and shown per queue
@@ -110,7 +111,15 @@ class Status:
         return "live" if run.seen_at >= self.now - LIVE_WITHIN else "vanished"
 
     def run_json(self, run: Run) -> dict[str, Any]:
-        end = run.ended_at if run.ended_at is not None else run.seen_at
+        # A live run has run until now; a vanished one at least until it was last seen.
+        state = self.run_state(run)
+        end = (
+            run.ended_at
+            if run.ended_at is not None
+            else self.now
+            if state == "live"
+            else run.seen_at
+        )
         return {
             "id": run.id,
             "owner": run.owner,
@@ -118,7 +127,7 @@ class Status:
             "pid": run.pid,
             "queue": run.queue,
             "queues": list(run.queues),
-            "state": self.run_state(run),
+            "state": state,
             "started_at": iso(run.started_at),
             "ended_at": iso(run.ended_at),
             "seconds": _round(max(end - run.started_at, 0.0)),
@@ -189,12 +198,7 @@ def read(mq: Reader, backend: Backend, queue: str | None = None) -> Status:
     if queue is not None:
         known = queue in mq.config.queues or any(s.queue == queue for s in slices)
         known = known or any(queue in r.queues for r in recent) or stats[queue] != QueueStats()
-        if not known:
-            existing = sorted(set(mq.config.queues) | set(mq.stats()))
-            raise ConfigError(
-                f"queue {queue!r} is unknown: not configured, no messages, no drain run "
-                f"recorded; queues: {', '.join(existing) or 'none'}"
-            )
+        mq.require_known(queue, known, more=", no drain run recorded")
     names = {queue} if queue is not None else set(stats) | {s.queue for s in slices}
     from mq_cli.ops import limits as status_limits
 
@@ -252,6 +256,12 @@ def seconds_text(value: float | None) -> str:
     return format_duration(value)
 
 
+def _took(run: dict[str, Any]) -> str:
+    took = seconds_text(run["seconds"])
+    # Vanished: killed without a word; it ran at least until its last sign of life.
+    return f">{took}" if run["state"] == "vanished" else took
+
+
 def text(status: Status) -> str:
     from mq_cli.core.render import printable, table
 
@@ -272,13 +282,15 @@ def text(status: Status) -> str:
             wait = q.hour.quantiles("wait")
             took = q.hour.quantiles("duration")
             rows.append([
-                name + (" (paused)" if s.paused else ""), s.ready, s.processing, s.failed,
+                name + (" (paused)" if s.paused else ""), s.ready, s.delayed, s.processing,
+                s.stalled, s.failed,
                 seconds_text(s.oldest_ready_seconds),
                 f"{q.minute.done}/{q.minute.failed}", f"{q.hour.done}/{q.hour.failed}",
                 f"{seconds_text(wait['p50'])} / {seconds_text(wait['p95'])}",
                 f"{seconds_text(took['p50'])} / {seconds_text(took['p95'])}",
             ])  # fmt: skip
-        headers = ["QUEUE", "READY", "PROCESSING", "FAILED", "OLDEST", "DONE/FAILED 1M",
+        headers = ["QUEUE", "READY", "DELAYED", "PROCESSING", "STALLED", "FAILED", "OLDEST",
+                   "DONE/FAILED 1M",
                    "DONE/FAILED 1H", "WAIT P50/P95", "RUN P50/P95"]  # fmt: skip
         parts.append("queues (wait and run time over the last hour):\n" + table(headers, rows))
         notes = [
@@ -295,7 +307,7 @@ def text(status: Status) -> str:
             rows.append([
                 ",".join(run.queues) or run.queue, printable(f"{run.host}:{run.pid}"),
                 seconds_text(status.now - run.started_at) + " ago",
-                seconds_text(data["seconds"]), run.claimed, run.succeeded, run.failed,
+                _took(data), run.claimed, run.succeeded, run.failed,
                 run.returned, data["state"] if run.exit_code is None else run.exit_code,
             ])  # fmt: skip
         headers = ["QUEUE", "DRAIN", "STARTED", "TOOK", "CLAIMED", "DONE", "FAILED", "RETURNED",
