@@ -188,9 +188,10 @@ def _gc_summary(report: GcReport, err: bool) -> None:
 def list_(state: State, queue: str | None, status: str | None, limit: int, as_json: bool) -> None:
     """A queue's messages (without -q: every queue's), oldest first, with their last error.
 
-    The table shows a processing message whose drain is gone (its lock is
-    free, or its heartbeat is older than the queue's stalled_after) as
-    `stalled`, and the last line of last_error (where a traceback names the
+    The table shows each message's state as `mq stats` counts it: a processing
+    message whose drain is gone (its lock is free, or its heartbeat is older
+    than the queue's stalled_after) is `stalled`, a ready one not due yet
+    (a retry's backoff, --delay) `delayed`; and the last line of last_error (where a traceback names the
     exception); `mq show ID` has everything. --json adds "state": ready,
     delayed, processing, stalled or failed ("status" is what is stored).
 
@@ -233,7 +234,8 @@ def show(state: State, ident: int, as_json: bool) -> None:
 
     The payload shows as indented JSON, as text, or as a hex dump when it is
     binary. --json gives it as text if it is UTF-8, else base64 (with
-    "payload_encoding": "base64"). An unknown id exits 1.
+    "payload_encoding": "base64") and "state", as `mq list --json`. An
+    unknown id exits 1.
 
     \b
     Example:  mq show 1234
