@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -61,6 +62,9 @@ STORAGE = {
 #: `mq check` fails when a transaction (or a prepared one) has been open this long (seconds)
 #: (the table-growth lines' thresholds are in backends/bloat.py)
 LONG_TRANSACTION = 300.0
+#: after a lost COMMIT answer, how long its transaction may stay "in progress" (its
+#: session not yet torn down) before mq says it cannot tell
+COMMIT_SETTLES = 10.0
 
 
 def _seconds(value: Any) -> float | None:
@@ -303,6 +307,24 @@ class PostgresBackend(PgClaims, PgAcks):
 
     def live_lock_release(self, owner: str) -> None:
         self._rows(self._sql["live_release"], (lock_key(owner),))
+
+    def _commit_proof(self, tx: Tx) -> object:
+        return tx.rows(self._sql["txid_current"])[0][0]
+
+    def _committed(self, proof: object, ids: Sequence[int | None]) -> bool | None:
+        # The server tells: its commit log knows every recent transaction's fate.
+        self.reconnect()
+        end = time.monotonic() + COMMIT_SETTLES
+        while True:
+            state = self._rows(self._sql["txid_status"], (proof,))[0][0]
+            if state != "in progress" or time.monotonic() >= end:
+                break
+            time.sleep(0.05)  # its session is still being torn down: it cannot commit now
+        if state == "committed":
+            return True
+        if state == "aborted":
+            return False
+        return None
 
     def reconnect(self) -> None:
         self.close()

@@ -32,10 +32,19 @@ from mq_cli.backends.sqlfiles import placeholders
 from mq_cli.backends.sqllimits import SqlLimits
 from mq_cli.backends.sqlops import SqlOperate, as_text
 from mq_cli.backends.sqlrunlog import SqlRunLog
-from mq_cli.core.errors import Deadlock, MqError, SchemaMissing
+from mq_cli.core.errors import (
+    CommitUnknown,
+    ConnectionLost,
+    Deadlock,
+    MqError,
+    ReadOnly,
+    SchemaMissing,
+)
 from mq_cli.core.models import Message, QueueStats
 
 T = TypeVar("T")
+#: an enqueue whose connection is lost before its COMMIT is tried this often in all
+ENQUEUE_TRIES = 3
 
 log = logging.getLogger("mq")
 
@@ -293,16 +302,63 @@ class SqlBackend(SqlOperate, SqlRunLog, SqlLimits):
     ) -> list[int | None]:
         self.check_sizes(payloads)
         when = self._shift(delay)
+        # What the transaction got as far as: its proof (the dialect's) and, once the
+        # body ran, the ids; the COMMIT is the only step whose loss leaves it unknown.
+        proof: list[object] = []
+        stored: list[list[int | None]] = []
 
         def body(tx: Tx) -> list[int | None]:
+            proof[:] = [self._commit_proof(tx)]
             ids = self._insert(
                 tx, queue, payloads, when, priority, unique_key, initial_status(delay)
             )
             if wake and not delay and any(i is not None for i in ids):
                 self._wake(tx, queue)
+            stored[:] = [ids]
             return ids
 
-        return self._transaction(body)
+        for _ in range(ENQUEUE_TRIES):
+            proof.clear()
+            stored.clear()
+            try:
+                return self._transaction(body)
+            except ReadOnly:
+                raise  # refused, not lost: nothing was stored
+            except ConnectionLost as exc:
+                if not stored:  # lost before the COMMIT went out: rolled back, store it again
+                    self.reconnect()
+                    continue
+                committed = self._committed(proof[0], stored[0])
+                if committed:
+                    return stored[0]
+                if committed is None:
+                    raise CommitUnknown(
+                        f"{exc}; the connection was lost at the COMMIT of "
+                        f"{len(payloads)} message(s) and mq cannot tell whether they were "
+                        "stored: look (`mq list`) before enqueueing them again, or enqueue "
+                        "with a unique_key, which makes a retry safe"
+                    ) from exc
+        raise ConnectionLost(
+            f"lost the connection {ENQUEUE_TRIES} times before the enqueue's COMMIT: "
+            "nothing was stored"
+        )
+
+    def _commit_proof(self, tx: Tx) -> object:
+        """Inside the enqueue's transaction: what tells later whether it committed
+        (PostgreSQL: its transaction id); None where the ids alone must tell."""
+        return None
+
+    def _committed(self, proof: object, ids: Sequence[int | None]) -> bool | None:
+        """After a COMMIT whose answer was lost, on a new connection: True when the
+        transaction committed, False when it did not, None when that cannot be told.
+        Here: from its rows (some still there: committed; none: drained already, or
+        never stored, which cannot be told apart)."""
+        new = [i for i in ids if i is not None]
+        if not new:
+            return True  # nothing to store (every unique key was taken)
+        self.reconnect()
+        found = self._rows(self._with_ids("ids_present", new), new)[0][0]
+        return True if found else None
 
     def _wake(self, tx: Tx, queue: str) -> None:
         """Inside the enqueue's transaction: tell waiting drains on any host (a

@@ -75,6 +75,11 @@ class ConnectionLost(DatabaseError):
     """The connection dropped mid-operation; the outcome of that operation is unknown."""
 
 
+class CommitUnknown(ConnectionLost):
+    """An enqueue's COMMIT went out and its answer never came back, and the database
+    could not tell afterwards whether it committed: retrying might store it twice."""
+
+
 #: how every read-only refusal begins, whatever the database said
 READ_ONLY = "the database is read-only (a standby, or a demoted primary?)"
 

@@ -684,3 +684,7 @@ FROM information_schema.INNODB_SYS_TABLESTATS s
 LEFT JOIN mysql.innodb_table_stats p
   ON p.database_name = DATABASE() AND p.table_name = %s
 WHERE s.NAME = CONCAT(DATABASE(), '/', %s)
+
+-- name: ids_present
+-- After an enqueue's COMMIT whose answer was lost: how many of its rows are there.
+SELECT COUNT(*) FROM `{table}` WHERE id IN ({ids})

@@ -752,3 +752,11 @@ SELECT version(), current_setting('server_version_num')::int,
 -- name: citus_distributed
 -- pg_dist_partition exists only with Citus: a row for a distributed table.
 SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = to_regclass(%s))
+
+-- name: txid_current
+-- Inside an enqueue's transaction: its id, to ask txid_status after a lost COMMIT.
+SELECT pg_catalog.txid_current()
+
+-- name: txid_status
+-- committed, aborted, in progress; NULL when too old to tell (never within seconds).
+SELECT pg_catalog.txid_status(%s)

@@ -597,3 +597,7 @@ LIMIT 1
 -- deleted rows: reused, never given back without auto_vacuum), their size.
 SELECT page_count, freelist_count, page_size
 FROM pragma_page_count(), pragma_freelist_count(), pragma_page_size()
+
+-- name: ids_present
+-- After an enqueue's COMMIT whose answer was lost: how many of its rows are there.
+SELECT COUNT(*) FROM "{table}" WHERE id IN ({ids})
