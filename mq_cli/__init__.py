@@ -13,6 +13,7 @@ The Python API for producers::
 from __future__ import annotations
 
 from mq_cli.core.errors import (  # noqa: E402
+    CommitUnknown,
     ConfigError,
     DatabaseError,
     HandlerNotFound,
