@@ -42,6 +42,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "MQ",
+    "CommitUnknown",
     "ConfigError",
     "DatabaseError",
     "HandlerNotFound",
