@@ -265,11 +265,12 @@ class MQ:
 
         return read(self, self._reader, queue)
 
-    def status_page(self, status: Status) -> str:
-        """`mq status --html`'s page for ``status``; records a backlog sample per queue."""
+    def status_page(self, status: Status, refresh: int = 60) -> str:
+        """`mq status --html`'s page for ``status``, reloading itself every ``refresh``
+        seconds (0: never); records a backlog sample per queue."""
         from mq_cli.ops import page as status_html
 
-        return status_html.render(status_html.gather(self, self._reader, status))
+        return status_html.render(status_html.gather(self, self._reader, status), refresh)
 
     def run_log_figures(self) -> tuple[dict[str, tuple[int, int]], dict[str, Throughput]]:
         """({queue: (done, failed)} over the retained run log, {queue: the last hour});

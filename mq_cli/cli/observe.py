@@ -91,8 +91,15 @@ def stats(state: State, queue: str | None, as_json: bool, prometheus_file: str |
     help="Write one self-contained HTML page to FILE (atomically) and print nothing else "
     "(unless --json).",
 )  # fmt: skip
+@click.option(
+    "--refresh", "refresh", metavar="SECONDS", type=click.IntRange(min=0),
+    help="With --html: the page reloads itself in a browser every SECONDS (default 60, the "
+    "cron line's minute; 0: never).",
+)  # fmt: skip
 @pass_state
-def status(state: State, queue: str | None, as_json: bool, html_file: str | None) -> None:
+def status(
+    state: State, queue: str | None, as_json: bool, html_file: str | None, refresh: int | None
+) -> None:
     """What runs now and how the queues fare: live drains, recent runs, throughput.
 
     From the run log every drain keeps (see README, "The run log"): each live
@@ -102,22 +109,31 @@ def status(state: State, queue: str | None, as_json: bool, html_file: str | None
     counts of `mq stats`, and the last runs of each queue.
 
     --html writes a page with the same and the failed and stalled messages
-    with their last error, and plots of throughput and backlog over the run
-    log's history (each write records a backlog sample for them).
+    with their last error, and step plots of throughput and backlog over the
+    run log's history up to now (each write records a backlog sample for
+    them). Each queue is marked problem (red: failed or stalled messages,
+    drains that cannot start it), warning (amber: paused, or its oldest ready
+    message waited over 5 minutes) or healthy (green), with the commands that
+    repair each problem. The page reloads itself every --refresh seconds (60;
+    0: never), so a browser left open follows the cron line.
 
     \b
     Example:  mq status
               mq status -q mail --json
     Example (crontab: a page for the web server, fresh every minute):
       * * * * *  /opt/mq/bin/mq status --html /var/www/html/mq/index.html
+    Example (every 5 minutes, and the page reloads as often):
+      */5 * * * *  /opt/mq/bin/mq status --html /var/www/html/mq/index.html --refresh 300
     """
     from mq_cli.ops.status import text
 
+    if refresh is not None and not html_file:
+        raise click.UsageError("--refresh goes with --html")
     result = state.mq.status(queue)
     if html_file:
         from mq_cli.ops import page as status_html
 
-        page = state.mq.status_page(result)
+        page = state.mq.status_page(result, status_html.REFRESH if refresh is None else refresh)
         try:
             status_html.write(html_file, page)
         except OSError as exc:

@@ -1,23 +1,28 @@
 """`mq status --html FILE`: one self-contained page (inline CSS and SVG, no script).
 
-Every text that comes from the database or a handler (queue names, hosts,
-errors) goes through :func:`html.escape`. The page is written atomically
-(temp file + rename), so a web server never serves half of it. Each write also
-stores one backlog sample per queue in the run log, which the backlog plot
-draws: a cron line that refreshes the page every minute fills it.
+Read at a glance: it reloads itself (a meta refresh), each queue has a health
+colour and word (health.py) with the commands that repair its problems, and
+the plots (plots.py) are step plots up to now. Every text that comes from the
+database or a handler (queue names, hosts, errors) goes through
+:func:`html.escape`. The page is written atomically (temp file + rename), so a
+web server never serves half of it. Each write also stores one backlog sample
+per queue in the run log, which the backlog plot draws: a cron line that
+refreshes the page every minute fills it.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from html import escape
 from typing import TYPE_CHECKING
 
 from mq_cli.core import atomic
+from mq_cli.core.durations import format_duration
 from mq_cli.core.errors import MqError
 from mq_cli.core.models import Message
 from mq_cli.core.render import error_line
+from mq_cli.ops import health, plots
 from mq_cli.ops.status import Reader, Status, iso, seconds_text
 
 if TYPE_CHECKING:
@@ -31,6 +36,9 @@ MESSAGES_MAX = 50
 #: points per plot at most
 POINTS = 120
 ERROR_WIDTH = 300
+#: seconds between the page's reloads in a browser (`mq status --refresh`): the
+#: cron line's minute
+REFRESH = 60
 
 Series = list[tuple[float, int, int, int | None]]  # (step start, done, failed, backlog)
 
@@ -42,18 +50,24 @@ class Page:
     stalled: list[Message]
     series: dict[str, Series]
     retention: float
+    #: the plots' first moment and the seconds each point spans
+    start: float = 0.0
+    step: float = 60.0
 
 
 def gather(mq: Reader, backend: Backend, status: Status) -> Page:
     """What the page shows beyond the status; records this moment's backlog."""
+    from mq_cli.ops import operate
+
     failed: list[Message] = []
     stalled: list[Message] = []
     for name, q in status.queues.items():
         if q.stats.failed and len(failed) < MESSAGES_MAX:
             failed += backend.find_failed(name, None, MESSAGES_PER_QUEUE)
         if q.stats.stalled and len(stalled) < MESSAGES_MAX:
-            after = mq.queue(name).stalled_after
-            stalled += backend.find_stalled(name, after, None, MESSAGES_PER_QUEUE)
+            # as `mq list` tells them: a killed drain's messages (free lock) too
+            listing = operate.list_messages(mq.config, backend, name, "stalled", MESSAGES_PER_QUEUE)
+            stalled += listing.messages
     samples = [
         (None, name, status.now, status.now, 0, 0, q.stats.ready, 0.0, 0.0, "", "")
         for name, q in status.queues.items()
@@ -63,19 +77,18 @@ def gather(mq: Reader, backend: Backend, status: Status) -> Page:
     except MqError as exc:  # a read-only user still gets its page
         log.warning("status: could not record the backlog sample (%s)", exc)
     retention = mq.config.run_log_retention or 86400.0
-    since = status.now - retention
-    raw = backend.rollup_series(60.0, since)
-    series = {name: _coarser(points, status.now) for name, points in raw.items()}
-    return Page(status, failed[:MESSAGES_MAX], stalled[:MESSAGES_MAX], series, retention)
+    raw = backend.rollup_series(60.0, status.now - retention)
+    start = min((points[0][0] for points in raw.values() if points), default=status.now)
+    step = max(60.0, (status.now - start) / POINTS)
+    series = {name: _coarser(points, start, step) for name, points in raw.items()}
+    return Page(
+        status, failed[:MESSAGES_MAX], stalled[:MESSAGES_MAX], series, retention, start, step
+    )
 
 
-def _coarser(points: Series, now: float) -> Series:
-    """At most POINTS points from the first to now: sums of done and failed, the
-    largest backlog."""
-    if not points:
-        return []
-    start = points[0][0]
-    step = max(60.0, (now - start) / POINTS)
+def _coarser(points: Series, start: float, step: float) -> Series:
+    """Points ``step`` apart from ``start`` (every queue's the same): sums of done and
+    failed, the largest backlog."""
     merged: dict[int, list] = {}
     for at, done, failed, backlog in points:
         slot = merged.setdefault(int((at - start) // step), [0, 0, None])
@@ -96,30 +109,42 @@ text-align:right;vertical-align:top}th{background:#f0f3f7}td:first-child,th:firs
 .err{font-family:monospace;text-align:left;white-space:pre-wrap;max-width:50em;color:#900}
 .muted{color:#777}.paused{color:#b60}.plots{display:flex;flex-wrap:wrap;gap:1.2em}
 figure{margin:0;border:1px solid #ddd;padding:.4em}figcaption{font-weight:600}
-svg{display:block}
+svg{display:block}.sw{display:inline-block;width:.8em;height:.8em;margin:0 .2em 0 .5em}
+.badge{display:inline-block;padding:0 .55em;border-radius:.8em;font-weight:600;font-size:.9em}
+.badge.red{background:#b3261e;color:#fff}.badge.amber{background:#f2b01e;color:#222}
+.badge.green{background:#2e7d32;color:#fff}
+tr.health-red>td{background:#fdecea}tr.health-amber>td{background:#fff5dc}
+tr.fix>td{text-align:left}tr.fix ul{margin:0;padding-left:1.2em}
+code{font-family:monospace;background:#eef0f3;padding:0 .3em;white-space:nowrap;user-select:all}
+td.health{text-align:center}
 """
 
 
-def render(page: Page) -> str:
+def render(page: Page, refresh: int = REFRESH) -> str:
+    """The page; a browser reloads it every ``refresh`` seconds (0: never)."""
     status = page.status
+    again = (
+        f"reloads every {_e(seconds_text(refresh))}" if refresh > 0 else "does not reload itself"
+    )
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="refresh" content="{int(refresh)}">' if refresh > 0 else "",
         '<meta name="viewport" content="width=device-width">',
         "<title>mq status</title>",
         f"<style>{STYLE}</style></head><body>",
         "<h1>mq status</h1>",
         f'<p class="muted">as of {_e(iso(status.now))} (the database\'s clock); '
-        f"run log kept for {_e(seconds_text(page.retention))}</p>",
+        f"run log kept for {_e(seconds_text(page.retention))}; this page {again}</p>",
         _queues(status),
         _plots(page),
         _drains(status),
-        _messages("Failed messages", page.failed, status.now),
-        _messages("Stalled messages", page.stalled, status.now),
+        _messages("Failed messages", page.failed, status, stalled=False),
+        _messages("Stalled messages", page.stalled, status, stalled=True),
         _runs(status),
         "</body></html>",
     ]
-    return "\n".join(parts) + "\n"
+    return "\n".join(part for part in parts if part) + "\n"
 
 
 def _e(value: object) -> str:
@@ -134,24 +159,69 @@ def _table(headers: list[str], rows: list[list[str]], empty: str) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _badge(level: str) -> str:
+    return f'<span class="badge {level}">{_e(health.WORDS[level])}</span>'
+
+
+def _code(command: str) -> str:
+    return f"<code>{_e(command)}</code>"
+
+
 def _queues(status: Status) -> str:
-    rows = []
+    headers = ["queue", "health", "ready", "delayed", "processing", "stalled", "failed",
+               "backlog age", "done / failed 1 min", "done / failed 1 h", "wait p50 / p95",
+               "run p50 / p95"]  # fmt: skip
+    rows, count = [], {health.RED: 0, health.AMBER: 0, health.GREEN: 0}
     for name, q in status.queues.items():
         s = q.stats
+        judged = health.judge(name, q)
+        count[judged.level] += 1
         wait = q.hour.quantiles("wait")
         took = q.hour.quantiles("duration")
         label = _e(name) + (' <span class="paused">(paused)</span>' if s.paused else "")
-        label += "".join(f'<br><span class="muted">{_e(line)}</span>' for line in q.limits.lines())
-        rows.append([
-            label, _e(s.ready), _e(s.delayed), _e(s.processing), _e(s.stalled), _e(s.failed),
-            _e(seconds_text(s.oldest_ready_seconds)),
+        notes = replace(q.limits, cannot_start=None).lines()  # that one is a problem below
+        label += "".join(f'<br><span class="muted">{_e(line)}</span>' for line in notes)
+        cells = [
+            label, _badge(judged.level), _e(s.ready), _e(s.delayed), _e(s.processing),
+            _e(s.stalled), _e(s.failed), _e(seconds_text(s.oldest_ready_seconds)),
             _e(f"{q.minute.done} / {q.minute.failed}"), _e(f"{q.hour.done} / {q.hour.failed}"),
             _e(f"{seconds_text(wait['p50'])} / {seconds_text(wait['p95'])}"),
             _e(f"{seconds_text(took['p50'])} / {seconds_text(took['p95'])}"),
-        ])  # fmt: skip
-    headers = ["queue", "ready", "delayed", "processing", "stalled", "failed", "backlog age",
-               "done / failed 1 min", "done / failed 1 h", "wait p50 / p95", "run p50 / p95"]  # fmt: skip
-    return "<h2>Queues</h2>" + _table(headers, rows, "no queue configured or stored")
+        ]  # fmt: skip
+        tr = f'<tr class="health-{judged.level}" data-queue="{_e(name)}">'
+        tds = [
+            f'<td class="health">{c}</td>' if i == 1 else f"<td>{c}</td>"
+            for i, c in enumerate(cells)
+        ]
+        rows.append(tr + "".join(tds) + "</tr>")
+        if judged.problems:
+            items = "".join(_problem(p) for p in judged.problems)
+            rows.append(
+                f'<tr class="fix health-{judged.level}"><td colspan="{len(headers)}">'
+                f"<ul>{items}</ul></td></tr>"
+            )
+    if not rows:
+        return '<h2>Queues</h2><p class="muted">no queue configured or stored</p>'
+    summary = ", ".join(  # red, amber, green
+        f"{_badge(level)} {n} queue{'' if n == 1 else 's'}" for level, n in count.items() if n
+    )
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    legend = (
+        f'<p class="muted">{_e(health.WORDS[health.RED])}: failed or stalled messages, or '
+        f"drains that cannot start the queue; {_e(health.WORDS[health.AMBER])}: paused, or the "
+        f"oldest ready message waited more than {_e(format_duration(health.BACKLOG_AGE))}; "
+        f"{_e(health.WORDS[health.GREEN])}: neither. Run the repair commands with the config "
+        "and database of the cron line that writes this page.</p>"
+    )
+    return (
+        f"<h2>Queues</h2><p>{summary}</p><table><thead><tr>{head}</tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>{legend}"
+    )
+
+
+def _problem(problem: health.Problem) -> str:
+    repairs = "; ".join(f"{_code(command)} {_e(does)}" for command, does in problem.repairs)
+    return f"<li><strong>{_e(problem.what)}</strong>: {repairs}</li>"
 
 
 def _drains(status: Status) -> str:
@@ -175,13 +245,27 @@ def _runs(status: Status) -> str:
     return "<h2>Recent runs</h2>" + _table(headers, rows, "no run recorded")
 
 
-def _messages(title: str, messages: list[Message], now: float) -> str:
-    rows = [
-        [_e(m.id), _e(m.queue), _e(m.error_count), _e(iso(m.created_at.timestamp())),
-         f'<div class="err">{_e(error_line(m.last_error, ERROR_WIDTH))}</div>']
-        for m in messages
-    ]  # fmt: skip
-    headers = ["id", "queue", "errors", "created", "last error"]
+def _messages(title: str, messages: list[Message], status: Status, stalled: bool) -> str:
+    # A stalled message is still `processing`: retry takes it only with --force.
+    retry = "mq retry --force" if stalled else "mq retry"
+    drains = {run.owner: f"{run.host}:{run.pid}" for run in [*status.runs, *status.drains]}
+    rows = []
+    for m in messages:
+        row = [_e(m.id), _e(m.queue), _e(m.error_count), _e(iso(m.created_at.timestamp()))]
+        if stalled:
+            beat = m.heartbeat_at.timestamp() if m.heartbeat_at else None
+            row += [
+                _e(drains.get(m.owner or "", m.owner or "-")),
+                _e("-" if beat is None else f"{format_duration(status.now - beat)} ago"),
+            ]
+        error = error_line(m.last_error, ERROR_WIDTH) if m.last_error else "none recorded"
+        row.append(f'<div class="err">{_e(error)}</div>')
+        repair = f"{_code(f'mq show {m.id}')}<br>{_code(f'{retry} {m.id}')}"
+        row.append(repair)
+        rows.append(row)
+    headers = ["id", "queue", "errors", "created"]
+    headers += ["drain", "last heartbeat"] if stalled else []
+    headers += ["last error", "look / run again"]
     note = f" (at most {MESSAGES_PER_QUEUE} per queue)" if messages else ""
     return f"<h2>{_e(title)}{_e(note)}</h2>" + _table(headers, rows, "none")
 
@@ -189,59 +273,49 @@ def _messages(title: str, messages: list[Message], now: float) -> str:
 def _plots(page: Page) -> str:
     if not page.series:
         return '<h2>History</h2><p class="muted">nothing recorded yet</p>'
+    now, step = page.status.now, page.step
     figures = []
     for name, points in sorted(page.series.items()):
-        done = [(at, float(d)) for at, d, _, _ in points]
-        failed = [(at, float(f)) for at, _, f, _ in points]
-        backlog = [(at, float(b)) for at, _, _, b in points if b is not None]
-        figures.append(
-            f"<figure><figcaption>{_e(name)}: done (blue), failed (red)</figcaption>"
-            f"{_svg([('#2364aa', done), ('#c0392b', failed)], page.status.now)}</figure>"
+        done = _rates([(at, d) for at, d, _, _ in points], step, now)
+        failed = _rates([(at, f) for at, _, f, _ in points], step, now)
+        backlog = plots.Line(
+            "ready", "#7a5195", [(at, float(b)) for at, _, _, b in points if b is not None]
         )
+        lines = [plots.Line("done", "#2364aa", done), plots.Line("failed", "#c0392b", failed)]
         figures.append(
-            f"<figure><figcaption>{_e(name)}: backlog (ready)</figcaption>"
-            f"{_svg([('#7a5195', backlog)], page.status.now)}</figure>"
+            _figure(name, "done and failed", lines, page.start, now, "messages per minute")
         )
-    return '<h2>History</h2><div class="plots">' + "".join(figures) + "</div>"
-
-
-def _svg(lines: list[tuple[str, list[tuple[float, float]]]], now: float) -> str:
-    width, height, pad = 360, 120, 24
-    points = [p for _, series in lines for p in series]
-    if not points:
-        return f'<svg width="{width}" height="{height}"><text x="8" y="20">no samples</text></svg>'
-    start = min(at for at, _ in points)
-    span = max(now - start, 60.0)
-    top = max(max(v for _, v in points), 1.0)
-
-    def xy(at: float, value: float) -> str:
-        x = pad + (at - start) / span * (width - 2 * pad)
-        y = height - pad - value / top * (height - 2 * pad)
-        return f"{x:.1f},{y:.1f}"
-
-    body = [
-        f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" '
-        'stroke="#999"/>',
-        f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="#999"/>',
-        f'<text x="2" y="{pad - 6}" font-size="10">{_e(f"{top:g}")}</text>',
-        f'<text x="{pad}" y="{height - 6}" font-size="10">{_e(iso(start))}</text>',
-        f'<text x="{width - pad}" y="{height - 6}" font-size="10" text-anchor="end">now</text>',
-    ]
-    for colour, series in lines:
-        if not series:
-            continue
-        coords = " ".join(xy(at, v) for at, v in series)
-        if len(series) == 1:
-            x, y = coords.split(",")
-            body.append(f'<circle cx="{x}" cy="{y}" r="3" fill="{colour}"/>')
-        else:
-            body.append(
-                f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{coords}"/>'
-            )
+        figures.append(_figure(name, "backlog", [backlog], page.start, now, "messages (ready)"))
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}">' + "".join(body) + "</svg>"
+        '<h2>History</h2><p class="muted">each value holds until the next sample; '
+        f"one point per {_e(format_duration(page.step))}</p>"
+        '<div class="plots">' + "".join(figures) + "</div>"
     )
+
+
+def _figure(
+    name: str, what: str, lines: list[plots.Line], start: float, now: float, y_label: str
+) -> str:
+    legend = "".join(
+        f'<span class="sw" style="background:{line.colour}"></span>{_e(line.name)}'
+        for line in lines
+    )
+    return (
+        f"<figure><figcaption>{_e(name)}: {_e(what)}{legend}</figcaption>"
+        f"{plots.step_plot(lines, start, now, y_label)}</figure>"
+    )
+
+
+def _rates(counts: list[tuple[float, int]], step: float, now: float) -> list[tuple[float, float]]:
+    """Counts per ``step`` as messages per minute, each held for its step, and 0 where
+    no result was recorded (a gap, or after the last step)."""
+    found: list[tuple[float, float]] = []
+    for i, (at, count) in enumerate(counts):
+        found.append((at, count * 60.0 / step))
+        following = counts[i + 1][0] if i + 1 < len(counts) else now
+        if at + step < following:
+            found.append((at + step, 0.0))
+    return found
 
 
 def write(path: str, text: str) -> None:
