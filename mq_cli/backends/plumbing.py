@@ -49,6 +49,8 @@ class SqlPlumbing(Backend):
 
     #: the dialect's named statements (sql/<dialect>.sql) for this table
     _sql: dict[str, str]
+    #: the driver's parameter placeholder
+    mark: str
 
     @abstractmethod
     def _cursor(self) -> Any:

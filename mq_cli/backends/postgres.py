@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import logging
-import re
-import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from mq_cli.backends import bloat, pg_url
+from mq_cli.backends import bloat, commits, pg_errors, pg_url
 from mq_cli.backends import pg_topology as topology
 from mq_cli.backends.base import Found
 from mq_cli.backends.claims import unlock_claims_for_tests
@@ -22,15 +20,11 @@ from mq_cli.backends.pg_inflight import AckInFlight, PgAcks
 from mq_cli.backends.sqlcore import SqlBackend, Tx
 from mq_cli.backends.sqlfiles import queries as dialect_queries
 from mq_cli.core.dburl import DatabaseSettings
-from mq_cli.core.errors import READ_ONLY as READ_ONLY_TEXT
 from mq_cli.core.errors import (
     ConfigError,
     ConnectionLost,
     DatabaseError,
-    Deadlock,
     MqError,
-    PermissionDenied,
-    ReadOnly,
     SchemaMissing,
 )
 
@@ -44,13 +38,6 @@ else:
 
 #: identifiers are at most 63 bytes: room for the longest name mq derives, `<table>_unique`
 MAX_TABLE = 63 - len("_unique")
-#: deadlock, serialization failure, lock timeout: the statement changed nothing, run it again
-RETRYABLE = {"40P01", "40001", "55P03"}
-UNDEFINED_TABLE = "42P01"
-INSUFFICIENT_PRIVILEGE = "42501"
-#: read_only_sql_transaction: a write, or LISTEN, on a standby ("during recovery") or
-#: under default_transaction_read_only (how some failovers demote a primary)
-READ_ONLY_SQL_TRANSACTION = "25006"
 #: a queue table that empties and fills all day: vacuum it early and unthrottled, and
 #: leave room on each page for the claim's and the ack's new row versions
 STORAGE = {
@@ -62,9 +49,6 @@ STORAGE = {
 #: `mq check` fails when a transaction (or a prepared one) has been open this long (seconds)
 #: (the table-growth lines' thresholds are in backends/bloat.py)
 LONG_TRANSACTION = 300.0
-#: after a lost COMMIT answer, how long its transaction may stay "in progress" (its
-#: session not yet torn down) before mq says it cannot tell
-COMMIT_SETTLES = 10.0
 
 
 def _seconds(value: Any) -> float | None:
@@ -94,17 +78,6 @@ def ddl(table: str) -> list[str]:
 def require_driver() -> None:
     if not driver_installed(psycopg):
         raise ConfigError(pg_url.MISSING)
-
-
-def _sqlstate(exc: BaseException) -> str | None:
-    return getattr(exc, "sqlstate", None)
-
-
-def _text(exc: BaseException) -> str:
-    # The server's message, first line only (psycopg adds context lines).
-    diag = getattr(exc, "diag", None)
-    primary = getattr(diag, "message_primary", None) if diag is not None else None
-    return primary or (str(exc).strip().splitlines() or ["connection closed"])[0]
 
 
 class PostgresBackend(PgClaims, PgAcks):
@@ -206,8 +179,8 @@ class PostgresBackend(PgClaims, PgAcks):
 
     def _wrap(self, exc: BaseException, connecting: bool = False) -> MqError:
         where = self.settings.describe()
-        state = _sqlstate(exc) or ""
-        text = _text(exc)
+        state = pg_errors.sqlstate(exc) or ""
+        text = pg_errors.first_line(exc)
         if state in ("28P01", "28000"):
             return DatabaseError(
                 f"access denied at {where}: {text} (check the user, the password and "
@@ -222,23 +195,9 @@ class PostgresBackend(PgClaims, PgAcks):
             # will close the next one alike; what it closed says it again.
             self._statement_pool = True
             return DatabaseError(topology.statement_pool_text(self.settings))
-        if state == INSUFFICIENT_PRIVILEGE:
-            named = re.search(r"permission denied for table (\S+)", text)
-            return PermissionDenied(
-                f"{where}: {text} (this user lacks a privilege: README, Least privilege)",
-                named.group(1) if named else None,
-            )
-        if state == UNDEFINED_TABLE:
-            return SchemaMissing(
-                f"the queue table {self.table!r} is missing at {where}: run `mq init`"
-            )
-        if state in RETRYABLE:
-            return Deadlock(f"{where}: {text} (retries exhausted)")
-        if state == READ_ONLY_SQL_TRANSACTION:
-            return ReadOnly(
-                f"{READ_ONLY_TEXT}: {where}: {text}; point mq at the primary (several hosts "
-                "with ?target_session_attrs=read-write follow a failover)"
-            )
+        known = pg_errors.by_state(state, text, where, self.table)
+        if known is not None:
+            return known
         if (
             isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))
             and (self.conn.closed or state.startswith("08") or state.startswith("57P"))
@@ -311,20 +270,9 @@ class PostgresBackend(PgClaims, PgAcks):
     def _commit_proof(self, tx: Tx) -> object:
         return tx.rows(self._sql["txid_current"])[0][0]
 
-    def _committed(self, proof: object, ids: Sequence[int | None]) -> bool | None:
-        # The server tells: its commit log knows every recent transaction's fate.
-        self.reconnect()
-        end = time.monotonic() + COMMIT_SETTLES
-        while True:
-            state = self._rows(self._sql["txid_status"], (proof,))[0][0]
-            if state != "in progress" or time.monotonic() >= end:
-                break
-            time.sleep(0.05)  # its session is still being torn down: it cannot commit now
-        if state == "committed":
-            return True
-        if state == "aborted":
-            return False
-        return None
+    def _committed(self, proof: object, ids: list[int | None]) -> bool | None:
+        self.reconnect()  # the server's commit log tells: commits.txid_committed
+        return commits.txid_committed(lambda: self._rows(self._sql["txid_status"], (proof,))[0][0])
 
     def reconnect(self) -> None:
         self.close()
@@ -498,9 +446,9 @@ def insert_in_transaction(
                 # Delivered when the application commits, not before.
                 Tx(cursor).rows(sql["notify"], (wake_channel(table), queue))
     except psycopg.Error as exc:
-        if _sqlstate(exc) == UNDEFINED_TABLE:
+        if pg_errors.sqlstate(exc) == pg_errors.UNDEFINED_TABLE:
             raise SchemaMissing(f"the queue table {table!r} is missing: run `mq init`") from None
-        raise DatabaseError(f"PostgreSQL: {_text(exc)}") from exc
+        raise DatabaseError(f"PostgreSQL: {pg_errors.first_line(exc)}") from exc
     return ids[0]
 
 

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
 
+from mq_cli.backends import commits
 from mq_cli.backends.base import Shape
 from mq_cli.backends.claims import (
     RACE_TRIES,
@@ -32,19 +33,10 @@ from mq_cli.backends.sqlfiles import placeholders
 from mq_cli.backends.sqllimits import SqlLimits
 from mq_cli.backends.sqlops import SqlOperate, as_text
 from mq_cli.backends.sqlrunlog import SqlRunLog
-from mq_cli.core.errors import (
-    CommitUnknown,
-    ConnectionLost,
-    Deadlock,
-    MqError,
-    ReadOnly,
-    SchemaMissing,
-)
-from mq_cli.core.models import Message, QueueStats
+from mq_cli.core.errors import Deadlock, MqError, SchemaMissing
+from mq_cli.core.models import Message
 
 T = TypeVar("T")
-#: an enqueue whose connection is lost before its COMMIT is tried this often in all
-ENQUEUE_TRIES = 3
 
 log = logging.getLogger("mq")
 
@@ -302,63 +294,31 @@ class SqlBackend(SqlOperate, SqlRunLog, SqlLimits):
     ) -> list[int | None]:
         self.check_sizes(payloads)
         when = self._shift(delay)
-        # What the transaction got as far as: its proof (the dialect's) and, once the
-        # body ran, the ids; the COMMIT is the only step whose loss leaves it unknown.
-        proof: list[object] = []
-        stored: list[list[int | None]] = []
 
         def body(tx: Tx) -> list[int | None]:
-            proof[:] = [self._commit_proof(tx)]
             ids = self._insert(
                 tx, queue, payloads, when, priority, unique_key, initial_status(delay)
             )
             if wake and not delay and any(i is not None for i in ids):
                 self._wake(tx, queue)
-            stored[:] = [ids]
             return ids
 
-        for _ in range(ENQUEUE_TRIES):
-            proof.clear()
-            stored.clear()
-            try:
-                return self._transaction(body)
-            except ReadOnly:
-                raise  # refused, not lost: nothing was stored
-            except ConnectionLost as exc:
-                if not stored:  # lost before the COMMIT went out: rolled back, store it again
-                    self.reconnect()
-                    continue
-                committed = self._committed(proof[0], stored[0])
-                if committed:
-                    return stored[0]
-                if committed is None:
-                    raise CommitUnknown(
-                        f"{exc}; the connection was lost at the COMMIT of "
-                        f"{len(payloads)} message(s) and mq cannot tell whether they were "
-                        "stored: look (`mq list`) before enqueueing them again, or enqueue "
-                        "with a unique_key, which makes a retry safe"
-                    ) from exc
-        raise ConnectionLost(
-            f"lost the connection {ENQUEUE_TRIES} times before the enqueue's COMMIT: "
-            "nothing was stored"
-        )
+        return commits.store_once(
+            self._transaction, body, self._commit_proof, self._committed, self.reconnect,
+            len(payloads),
+        )  # fmt: skip
 
     def _commit_proof(self, tx: Tx) -> object:
         """Inside the enqueue's transaction: what tells later whether it committed
         (PostgreSQL: its transaction id); None where the ids alone must tell."""
         return None
 
-    def _committed(self, proof: object, ids: Sequence[int | None]) -> bool | None:
-        """After a COMMIT whose answer was lost, on a new connection: True when the
-        transaction committed, False when it did not, None when that cannot be told.
-        Here: from its rows (some still there: committed; none: drained already, or
-        never stored, which cannot be told apart)."""
-        new = [i for i in ids if i is not None]
-        if not new:
-            return True  # nothing to store (every unique key was taken)
+    def _committed(self, proof: object, ids: list[int | None]) -> bool | None:
+        """After a COMMIT whose answer was lost: did it commit (commits.py)?"""
         self.reconnect()
-        found = self._rows(self._with_ids("ids_present", new), new)[0][0]
-        return True if found else None
+        return commits.rows_committed(
+            ids, lambda new: self._rows(self._with_ids("ids_present", new), new)[0][0]
+        )
 
     def _wake(self, tx: Tx, queue: str) -> None:
         """Inside the enqueue's transaction: tell waiting drains on any host (a
@@ -507,36 +467,6 @@ class SqlBackend(SqlOperate, SqlRunLog, SqlLimits):
 
     def mark_dead(self, queue: str, owner: str) -> int:
         return self._change(self._sql["mark_dead"], (queue, owner))
-
-    def owner_counts(self, queue: str, stalled_after: float) -> list[tuple[str | None, int, int]]:
-        rows = self._rows(self._sql["owner_counts"], (self._shift(-stalled_after), queue))
-        return [(row[0], int(row[1]), int(row[2] or 0)) for row in rows]
-
-    # -- reading ----------------------------------------------------------------
-
-    def stats(
-        self, queue: str | None, stalled_after: Callable[[str], float]
-    ) -> dict[str, QueueStats]:
-        where = f"AND queue = {self.mark}" if queue else ""
-        result: dict[str, QueueStats] = {}
-        rows = self._rows(
-            self._sql["stats"].replace("{queue_filter}", where), (queue,) if queue else ()
-        )
-        for name, ready, delayed, processing, failed, oldest in rows:
-            stalled = 0
-            if processing:
-                counts = self.owner_counts(name, stalled_after(name))
-                dead = self.dead_owners([owner for owner, _, _ in counts])
-                stalled = sum(total if owner in dead else old for owner, total, old in counts)
-            result[name] = QueueStats(
-                ready=int(ready),
-                delayed=int(delayed),
-                processing=int(processing) - stalled,
-                stalled=stalled,
-                failed=int(failed),
-                oldest_ready_seconds=max(float(oldest), 0.0) if oldest is not None else None,
-            )
-        return result
 
     def explain_claim(self, queue: str, limit: int) -> list[str]:
         return [

@@ -8,12 +8,12 @@ sql/<dialect>.sql with the rest.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
 from mq_cli.backends.plumbing import SqlPlumbing, Tx
-from mq_cli.core.models import ByIdResult, Message
+from mq_cli.core.models import ByIdResult, Message, QueueStats
 
 T = TypeVar("T")
 
@@ -166,3 +166,31 @@ class SqlOperate(SqlPlumbing):
             return self._change(self._sql["purge_live"], (queue, up_to_id, limit))
         params = (queue, *stored_statuses(status), up_to_id, limit)
         return self._change(self._sql["purge_status"], params)
+
+    def owner_counts(self, queue: str, stalled_after: float) -> list[tuple[str | None, int, int]]:
+        rows = self._rows(self._sql["owner_counts"], (self._shift(-stalled_after), queue))
+        return [(row[0], int(row[1]), int(row[2] or 0)) for row in rows]
+
+    def stats(
+        self, queue: str | None, stalled_after: Callable[[str], float]
+    ) -> dict[str, QueueStats]:
+        where = f"AND queue = {self.mark}" if queue else ""
+        result: dict[str, QueueStats] = {}
+        rows = self._rows(
+            self._sql["stats"].replace("{queue_filter}", where), (queue,) if queue else ()
+        )
+        for name, ready, delayed, processing, failed, oldest in rows:
+            stalled = 0
+            if processing:
+                counts = self.owner_counts(name, stalled_after(name))
+                dead = self.dead_owners([owner for owner, _, _ in counts])
+                stalled = sum(total if owner in dead else old for owner, total, old in counts)
+            result[name] = QueueStats(
+                ready=int(ready),
+                delayed=int(delayed),
+                processing=int(processing) - stalled,
+                stalled=stalled,
+                failed=int(failed),
+                oldest_ready_seconds=max(float(oldest), 0.0) if oldest is not None else None,
+            )
+        return result
