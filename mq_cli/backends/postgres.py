@@ -302,8 +302,8 @@ class PostgresBackend(PgClaims, PgAcks):
 
     # -- schema: the storage parameters of a delete-heavy table ------------------
 
-    def init_schema(self) -> list[str]:
-        done = super().init_schema()
+    def _migrate(self) -> list[str]:
+        done = super()._migrate()
         rows = self._rows(self._sql["storage_read"], (f'"{self.table}"',))
         have = dict(o.split("=", 1) for o in (rows[0][0] or [])) if rows else {}
         if any(have.get(name) != value for name, value in STORAGE.items()):
@@ -311,6 +311,17 @@ class PostgresBackend(PgClaims, PgAcks):
             if not any(line.startswith("created table") for line in done):
                 done.append(f"set the table's storage parameters: {_storage()}")
         return done
+
+    def _schema_race(self, exc: BaseException) -> bool:
+        # Made meanwhile by an init that took no lock (an older mq): a table, an index,
+        # a column (duplicate_table, _object, _column), or a row type or relation name
+        # taken in the catalog (a unique violation there, not in the queue's rows).
+        state = _sqlstate(exc)
+        constraint = getattr(getattr(exc, "diag", None), "constraint_name", None)
+        return state in ("42P07", "42710", "42701") or (
+            state == "23505"
+            and constraint in ("pg_type_typname_nsp_index", "pg_class_relname_nsp_index")
+        )
 
     def vacuum_horizon(self) -> dict[str, Any]:
         return facts(lambda name: self._rows(self._sql[name]))

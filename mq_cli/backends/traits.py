@@ -30,3 +30,6 @@ class Caps:
     integrity_check: bool = False
     #: the unique-key index lives on unique_slot (schema version 2's migration)
     unique_slot: bool = False
+    #: each DDL statement commits at once (MySQL): `mq init` cannot be one transaction,
+    #: so its lock is a session lock held while it runs (backends/sqlschema.py)
+    ddl_commits: bool = False

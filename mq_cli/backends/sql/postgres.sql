@@ -346,6 +346,14 @@ WHERE queue = %s AND status = 'processing' AND owner = %s
 -- what every command checks once before it reads or writes messages. The
 -- table is looked up in the connection's current schema (search_path).
 
+-- name: init_lock
+-- `mq init` is one transaction (backends/sqlschema.py), and this its first
+-- statement: a second init of the table waits here until the first commits,
+-- then finds its work done. Transaction-scoped, so it holds through a pooler in
+-- transaction mode; the key is the table's (hashed by the server, so every
+-- host derives the same one; advisory locks are per database).
+SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))
+
 -- name: table_columns
 SELECT column_name FROM information_schema.columns
 WHERE table_schema = current_schema() AND table_name = %s

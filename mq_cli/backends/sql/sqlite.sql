@@ -286,6 +286,9 @@ WHERE queue = ? AND status = 'processing' AND owner = ?
 
 -- Schema shape and migrations (backends/schema.py): what `mq init` repairs and
 -- what every command checks once before it reads or writes messages.
+-- `mq init` runs in one transaction (backends/sqlschema.py): BEGIN IMMEDIATE
+-- takes the write lock, so a second init (any command's, on first use) waits
+-- for the first and then finds its work done; no init_lock statement here.
 
 -- name: table_columns
 SELECT name FROM pragma_table_info(?)
