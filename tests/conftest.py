@@ -260,6 +260,12 @@ def sqlite_db(tmp_path: Path) -> Db:
     return Db("sqlite", f"sqlite:///{tmp_path}/mq.db", tmp_path)
 
 
+@pytest.fixture(params=KINDS)
+def fresh_db(request: pytest.FixtureRequest) -> Db:
+    """Each test three times, on a fresh database with no schema yet (see `db`)."""
+    return request.getfixturevalue(f"{request.param.replace('postgres', 'pg')}_db")
+
+
 @pytest.fixture(autouse=True)
 def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No test reads the developer's config or writes their data directory."""

@@ -12,23 +12,14 @@ from __future__ import annotations
 
 import threading
 
-import pytest
-
 from mq_cli.backends import open_backend
 from mq_cli.backends.schema import verify
 from mq_cli.core.dburl import parse_database_url
 from mq_cli.core.version import SCHEMA_VERSION
-from tests.conftest import KINDS, Db
+from tests.conftest import Db
 
 #: inits started together
 INITS = 24
-FRESH = {"sqlite": "sqlite_db", "mysql": "mysql_db", "postgres": "pg_db"}
-
-
-@pytest.fixture(params=KINDS)
-def fresh(request: pytest.FixtureRequest) -> Db:
-    """A database with no schema yet."""
-    return request.getfixturevalue(FRESH[request.param])
 
 
 def inits_at_once(db: Db) -> list[tuple[int, str, str]]:
@@ -50,12 +41,12 @@ def assert_whole(db: Db) -> None:
     assert db.run("drain", "-q", "q", "--handler", "tests.jobs:record").exit_code == 0
 
 
-def test_many_inits_at_once_on_a_fresh_database(fresh: Db):
-    done = inits_at_once(fresh)
+def test_many_inits_at_once_on_a_fresh_database(fresh_db: Db):
+    done = inits_at_once(fresh_db)
     assert [status for status, _, _ in done] == [0] * INITS, [e for s, _, e in done if s]
     created = [out for _, out, _ in done if "created table mq_messages" in out]
     assert len(created) == 1, created
-    assert_whole(fresh)
+    assert_whole(fresh_db)
 
 
 def drop_index(db: Db, name: str) -> None:
@@ -78,15 +69,15 @@ def make_version_2(db: Db) -> None:
     db.sql("UPDATE mq_messages_meta SET value = '2' WHERE name = 'schema_version'")
 
 
-def test_many_inits_at_once_migrate_an_older_schema_once(fresh: Db):
-    make_version_2(fresh)
-    done = inits_at_once(fresh)
+def test_many_inits_at_once_migrate_an_older_schema_once(fresh_db: Db):
+    make_version_2(fresh_db)
+    done = inits_at_once(fresh_db)
     assert [status for status, _, _ in done] == [0] * INITS, [e for s, _, e in done if s]
     migrated = [out for _, out, _ in done if "migrated 2 -> 3" in out]
     assert len(migrated) == 1, migrated
     assert "restored column last_error" in migrated[0]
-    assert fresh.sql("SELECT status FROM mq_messages") == [("delayed",)]
-    assert_whole(fresh)
+    assert fresh_db.sql("SELECT status FROM mq_messages") == [("delayed",)]
+    assert_whole(fresh_db)
 
 
 def test_without_a_lock_inits_that_lose_a_race_look_again(mysql_db: Db):

@@ -129,6 +129,7 @@ class SqlSchema(SqlPlumbing):
         return Shape(
             frozenset(str(row[0]) for row in rows),
             {str(name): bool(unique) for name, unique in indexes},
+            None if rows[0][1] is None else str(rows[0][1]),
         )
 
     def run_schema(self, name: str, params: Sequence[object] = ()) -> None:

@@ -16,6 +16,12 @@ class Shape:
     columns: frozenset[str]
     #: index name -> unique
     indexes: dict[str, bool]
+    #: the schema (PostgreSQL) or database (MySQL) it is in; None where a file has one
+    schema: str | None = None
+
+    def name(self, table: str) -> str:
+        """``table`` as messages name it: ``app.mq_messages``."""
+        return f"{self.schema}.{table}" if self.schema else table
 
 
 @dataclass(frozen=True)

@@ -342,7 +342,7 @@ SELECT GET_LOCK(CONCAT('mq:', LEFT(SHA1(CONCAT(DATABASE(), '.', %s)), 40)), %s)
 SELECT RELEASE_LOCK(CONCAT('mq:', LEFT(SHA1(CONCAT(DATABASE(), '.', %s)), 40)))
 
 -- name: table_columns
-SELECT COLUMN_NAME FROM information_schema.COLUMNS
+SELECT COLUMN_NAME, TABLE_SCHEMA FROM information_schema.COLUMNS
 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s
 
 -- name: table_indexes

@@ -355,15 +355,24 @@ WHERE queue = %s AND status = 'processing' AND owner = %s
 SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))
 
 -- name: table_columns
-SELECT column_name FROM information_schema.columns
-WHERE table_schema = current_schema() AND table_name = %s
+-- Each column, with the schema's name (for messages). The catalog, not
+-- information_schema: that hides a table the user has no privilege on (init
+-- would then take someone else's table for none), and its sql_identifier
+-- columns are a domain, which `=` with a name matches only by conversion.
+SELECT a.attname, n.nspname
+FROM pg_catalog.pg_attribute a
+JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = pg_catalog.current_schema() AND c.relname = %s
+  AND c.relkind IN ('r', 'p', 'v', 'm', 'f') AND a.attnum > 0 AND NOT a.attisdropped
 
 -- name: table_indexes
 SELECT i.relname, x.indisunique
-FROM pg_index x
-JOIN pg_class i ON i.oid = x.indexrelid
-JOIN pg_class t ON t.oid = x.indrelid
-WHERE t.relname = %s AND t.relnamespace = current_schema()::regnamespace
+FROM pg_catalog.pg_index x
+JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
+JOIN pg_catalog.pg_class t ON t.oid = x.indrelid
+JOIN pg_catalog.pg_namespace n ON n.oid = t.relnamespace
+WHERE t.relname = %s AND n.nspname = pg_catalog.current_schema()
 
 -- name: set_version
 INSERT INTO "{table}_meta" (name, value) VALUES ('schema_version', %s)

@@ -291,7 +291,8 @@ WHERE queue = ? AND status = 'processing' AND owner = ?
 -- for the first and then finds its work done; no init_lock statement here.
 
 -- name: table_columns
-SELECT name FROM pragma_table_info(?)
+-- Each column, and no schema to name (the file is the database).
+SELECT name, NULL FROM pragma_table_info(?)
 
 -- name: table_indexes
 SELECT name, "unique" FROM pragma_index_list(?)
