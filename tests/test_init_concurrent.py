@@ -16,7 +16,8 @@ from mq_cli.backends import open_backend
 from mq_cli.backends.schema import verify
 from mq_cli.core.dburl import parse_database_url
 from mq_cli.core.version import SCHEMA_VERSION
-from tests.conftest import Db
+from tests.conftest import Db, _pg_database, _pg_problem, cannot_run_here
+from tests.pooler import pgbouncer_unavailable
 
 #: inits started together
 INITS = 24
@@ -47,6 +48,22 @@ def test_many_inits_at_once_on_a_fresh_database(fresh_db: Db):
     created = [out for _, out, _ in done if "created table mq_messages" in out]
     assert len(created) == 1, created
     assert_whole(fresh_db)
+
+
+def test_many_inits_at_once_through_a_transaction_pooler(pgbouncers, tmp_path):
+    """Each init is one transaction, its lock transaction-scoped: through PgBouncer in
+    transaction mode (8 server connections for 24 clients) it holds as direct."""
+    reason = _pg_problem or pgbouncer_unavailable()
+    if reason:
+        cannot_run_here(reason)
+    for direct in _pg_database(tmp_path):
+        name = parse_database_url(direct.url).database or ""
+        pooled = Db("postgres", pgbouncers["transaction"].url(name), tmp_path)
+        done = inits_at_once(pooled)
+        assert [status for status, _, _ in done] == [0] * INITS, [e for s, _, e in done if s]
+        created = [out for _, out, _ in done if "created table mq_messages" in out]
+        assert len(created) == 1, created
+        assert_whole(direct)
 
 
 def drop_index(db: Db, name: str) -> None:
