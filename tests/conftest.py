@@ -151,7 +151,7 @@ class Db:
         if self.kind == "sqlite":
             return f"strftime('%Y-%m-%d %H:%M:%f', 'now', '{seconds:+.3f} seconds')"
         if self.kind == "postgres":
-            return f"(now() + make_interval(secs => {seconds}))"
+            return f"(pg_catalog.now() + pg_catalog.make_interval(secs => {seconds}))"
         return f"TIMESTAMPADD(MICROSECOND, {int(seconds * 1e6)}, UTC_TIMESTAMP(6))"
 
     def sql(self, statement: str, params: tuple = ()) -> list[tuple]:

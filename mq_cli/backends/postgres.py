@@ -298,7 +298,8 @@ class PostgresBackend(PgClaims, PgAcks):
 
     def route_checks(self) -> list[tuple[str, bool, str, bool]]:
         engine = ("engine", True, f"{self.engine.name}: {self.engine.detail}", False)
-        return [engine, *topology.checks(self.settings, self.pool_mode, self.pooler_seen)]
+        path = topology.search_path_check(self._rows(self._sql["search_path"])[0][0])
+        return [engine, path, *topology.checks(self.settings, self.pool_mode, self.pooler_seen)]
 
     # -- schema: the storage parameters of a delete-heavy table ------------------
 
