@@ -37,8 +37,9 @@ log = logging.getLogger("mq")
 
 #: times `mq init` looks again after another process's schema change won a race
 SCHEMA_RACES = 5
-#: seconds `mq init` waits for another init's session lock (sql/mysql.sql, init_lock)
-INIT_WAIT = 600
+#: `mq init` waits for another init's session lock (sql/mysql.sql, init_lock) this many
+#: times this many seconds (one wait stays under PyMySQL's 120 s read timeout)
+INIT_TRIES, INIT_WAIT = 10, 60
 
 
 class SqlSchema(SqlPlumbing):
@@ -87,17 +88,24 @@ class SqlSchema(SqlPlumbing):
     def _schema_locked(self, run: Callable[[], list[str]]) -> list[str]:
         """``run()`` holding init_lock, a session lock (a dialect whose DDL commits at once)."""
         token = (self._lock_token(),)
-        try:
-            got = self._rows(self._sql["init_lock"], (*token, INIT_WAIT))[0][0]
-        except ConnectionLost:
-            raise
-        except DatabaseError as exc:  # Galera refuses GET_LOCK: the race retries remain
-            log.info("no lock for `mq init` on this server (%s): it looks again after a race", exc)
-            return run()
+        got: object = 0
+        for _ in range(INIT_TRIES):  # each wait shorter than the driver's read timeout
+            try:
+                got = self._rows(self._sql["init_lock"], (*token, INIT_WAIT))[0][0]
+            except ConnectionLost:
+                raise
+            except DatabaseError as exc:  # Galera refuses GET_LOCK: the race retries remain
+                got = exc
+            if got is None or isinstance(got, DatabaseError):
+                log.info("no lock for `mq init` here (%s): it looks again after a race", got)
+                return run()
+            if got == 1:
+                break
+            log.info("waiting for another `mq init` of table %s to finish", self.table)
         if got != 1:
             raise DatabaseError(
                 f"another `mq init` of table {self.table} has been running for "
-                f"{INIT_WAIT // 60} minutes: try again once it has finished"
+                f"{INIT_TRIES * INIT_WAIT // 60} minutes: try again once it has finished"
             )
         try:
             return run()

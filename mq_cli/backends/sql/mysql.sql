@@ -333,7 +333,7 @@ WHERE queue = %s AND status = 'processing' AND owner = %s
 
 -- name: init_lock
 -- `mq init` holds it while it runs (backends/sqlschema.py): DDL commits as it
--- goes here, so a second init waits for the first (up to INIT_WAIT seconds) instead of
+-- goes here, so a second init waits for the first (INIT_WAIT seconds a try) instead of
 -- racing it. Lock names are server-wide: this one is the database's and the
 -- table's, hashed into the 64 characters a name may have.
 SELECT GET_LOCK(CONCAT('mq:', LEFT(SHA1(CONCAT(DATABASE(), '.', %s)), 40)), %s)
