@@ -37,7 +37,7 @@ def assert_whole(db: Db) -> None:
     with open_backend(parse_database_url(db.url), "mq_messages", create=False) as backend:
         verify(backend)  # every column and index, the run log's and the limits' tables
         assert backend.schema_version() == SCHEMA_VERSION
-        assert not backend.runlog_missing() and not backend.limits_missing()
+        assert not backend.runlog_access() and not backend.limits_missing()
     assert db.run("enqueue", "-q", "q", "1").exit_code == 0
     assert db.run("drain", "-q", "q", "--handler", "tests.jobs:record").exit_code == 0
 

@@ -231,6 +231,24 @@ def test_init_refuses_another_applications_table_before_creating_anything(fresh_
     assert user_tables(fresh_db) == before
 
 
+def test_a_table_without_its_meta_table_is_version_0_and_migrated(db):
+    """The oldest layout: no _meta table at all. Reading the version fails inside
+    `mq init`'s one transaction (PostgreSQL, SQLite) without aborting it."""
+    assert db.run("enqueue", "-q", "jobs", "1").exit_code == 0
+    for table in ("mq_messages_meta", "mq_messages_runs", "mq_messages_rollup"):
+        db.sql(f"DROP TABLE {table}")
+    if db.kind != "sqlite":  # SQLite migrates itself on first use
+        assert "schema version 0" in db.run("stats").stderr
+    result = db.run("init")
+    assert result.exit_code == 0, result.output
+    if db.kind != "sqlite":
+        assert "migrated 0 -> 1" in result.stdout and "migrated 2 -> 3" in result.stdout
+    assert db.sql("SELECT value FROM mq_messages_meta WHERE name = 'schema_version'") == [
+        (str(SCHEMA_VERSION),)
+    ]
+    assert len(db.sql("SELECT id FROM mq_messages")) == 1
+
+
 def test_version_0_mariadb_text_unique_key_becomes_bytes(mysql_db):
     """The only layout change in history: unique_key was utf8mb4 text before version 1."""
     assert mysql_db.run("init").exit_code == 0

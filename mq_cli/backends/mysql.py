@@ -492,14 +492,7 @@ def _open(settings: DatabaseSettings, table: str, options: OpenOptions) -> Mysql
     return MysqlBackend(settings, table, create=bool(options.create) and options.auto_init)
 
 
-register(
-    Dialect(
-        url=mysql_url.FORM,
-        backend=MysqlBackend,
-        open=_open,
-        ddl=ddl,
-        insert_in_transaction=insert_in_transaction,
-        connection_modules=("pymysql",),
-        driver="PyMySQL",
-    )
-)
+register(Dialect(
+    url=mysql_url.FORM, backend=MysqlBackend, open=_open, ddl=ddl,
+    insert_in_transaction=insert_in_transaction, connection_modules=("pymysql",), driver="PyMySQL",
+))  # fmt: skip

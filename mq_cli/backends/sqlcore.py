@@ -114,10 +114,12 @@ class SqlBackend(SqlSchema, SqlOperate, SqlRunLog, SqlLimits):
             raise error from (None if isinstance(error, SchemaMissing) else exc)
 
     def _rows(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
-        """A read on its own (autocommitted)."""
+        """A read on its own (autocommitted; within `mq init`'s transaction, guarded)."""
         with self._errors():
             cursor = self._cursor()
             try:
+                if self._schema_tx:
+                    return self._guarded_read(cursor, sql, params)
                 cursor.execute(sql, params)
                 return list(cursor.fetchall())
             finally:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from mq_cli.backends.base import Shape
 from mq_cli.backends.plumbing import SqlPlumbing, Tx
@@ -84,6 +85,20 @@ class SqlSchema(SqlPlumbing):
                 self._schema_tx = False
 
         return self._transaction(body)
+
+    def _guarded_read(self, cursor: Any, sql: str, params: Sequence[object]) -> list[Any]:
+        """A read within init's one transaction that may fail, as it may outside one (a
+        table not made yet: schema_version(), the run log's probes): in a savepoint, so
+        that its error does not abort the transaction (PostgreSQL)."""
+        cursor.execute("SAVEPOINT mq_read")
+        try:
+            cursor.execute(sql, params)
+            rows = list(cursor.fetchall())
+        except BaseException:
+            cursor.execute("ROLLBACK TO SAVEPOINT mq_read")
+            raise
+        cursor.execute("RELEASE SAVEPOINT mq_read")
+        return rows
 
     def _schema_locked(self, run: Callable[[], list[str]]) -> list[str]:
         """``run()`` holding init_lock, a session lock (a dialect whose DDL commits at once)."""
