@@ -823,7 +823,7 @@ SELECT pg_catalog.version(), pg_catalog.current_setting('server_version_num')::i
 SELECT pg_catalog.current_schemas(true)
 
 -- name: citus_distributed
--- pg_catalog.pg_dist_partition exists only with Citus: a row for a distributed table.
+-- pg_dist_partition exists only with Citus: a row for a distributed table.
 -- Both sides as oid (see storage_read).
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition
                WHERE logicalrelid::pg_catalog.oid = pg_catalog.to_regclass(%s)::pg_catalog.oid)
