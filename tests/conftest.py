@@ -151,7 +151,7 @@ class Db:
         if self.kind == "sqlite":
             return f"strftime('%Y-%m-%d %H:%M:%f', 'now', '{seconds:+.3f} seconds')"
         if self.kind == "postgres":
-            return f"(now() + make_interval(secs => {seconds}))"
+            return f"(pg_catalog.now() + pg_catalog.make_interval(secs => {seconds}))"
         return f"TIMESTAMPADD(MICROSECOND, {int(seconds * 1e6)}, UTC_TIMESTAMP(6))"
 
     def sql(self, statement: str, params: tuple = ()) -> list[tuple]:
@@ -258,6 +258,12 @@ def pg_db(tmp_path: Path) -> Iterator[Db]:
 @pytest.fixture
 def sqlite_db(tmp_path: Path) -> Db:
     return Db("sqlite", f"sqlite:///{tmp_path}/mq.db", tmp_path)
+
+
+@pytest.fixture(params=KINDS)
+def fresh_db(request: pytest.FixtureRequest) -> Db:
+    """Each test three times, on a fresh database with no schema yet (see `db`)."""
+    return request.getfixturevalue(f"{request.param.replace('postgres', 'pg')}_db")
 
 
 @pytest.fixture(autouse=True)

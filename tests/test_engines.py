@@ -3,9 +3,12 @@ recorded banner, and a refused engine end to end (exit 3, one `mq:` line)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from mq_cli.backends.engines import mysql_engine, postgres_engine
+from mq_cli.backends.sqlfiles import load_queries
 from mq_cli.core.errors import EngineRefused
 from tests.conftest import _pg_connect
 
@@ -83,10 +86,10 @@ def test_check_names_the_engine(db):
         assert "MariaDB: supported" in result.output or "MySQL: supported" in result.output
 
 
-def test_a_refused_engine_exits_3_with_one_line(pg_db):
-    """The server's own version() is what mq reads, so a database whose search_path
-    puts a schema before pg_catalog answers with CockroachDB's banner: the whole path
-    from the banner to exit 3 runs on a real server, nothing mocked."""
+def test_a_refused_engine_exits_3_with_one_line(pg_db, monkeypatch):
+    """The whole path from CockroachDB's banner to exit 3 on a real server; only the
+    banner is made up (the engine statement reads a literal). A schema before
+    pg_catalog cannot make it up: mq calls pg_catalog.version() (issue 31)."""
     name = pg_db.url.rsplit("/", 1)[1].split("?")[0]
     with _pg_connect(pg_db.url) as conn:
         conn.execute("CREATE SCHEMA banner")
@@ -95,6 +98,11 @@ def test_a_refused_engine_exits_3_with_one_line(pg_db):
             f"AS $$ SELECT '{COCKROACH}'::text $$"
         )
         conn.execute(f'ALTER DATABASE "{name}" SET search_path = banner, pg_catalog, public')
+    check = pg_db.run("check")
+    assert "engine" in check.stdout and "PostgreSQL: supported" in check.stdout, check.output
+    assert re.search(r"warn\s+search_path\s+banner before pg_catalog", check.stdout), check.stdout
+    banner = f"SELECT '{COCKROACH}'::pg_catalog.text, 130000, false"
+    monkeypatch.setitem(load_queries("postgres"), "engine", banner)
     result = pg_db.run("stats")
     assert result.exit_code == 3, result.output
     assert result.stderr.startswith("mq: ") and "runs CockroachDB: " in result.stderr

@@ -305,6 +305,17 @@ def test_delete_of_missing_and_done_messages(db):
     assert db.sql("SELECT status FROM mq_messages") == [("done",)]
 
 
+def test_an_id_past_bigint_is_no_message(db):
+    """No table holds it, so nothing is sent (SQLite's driver could not bind it, and
+    PostgreSQL would compare it as numeric: issue 31)."""
+    huge = str(1 << 64)
+    show = db.run("show", huge)
+    assert show.exit_code == 1 and f"no message {huge}" in show.stderr, show.output
+    for command in ("retry", "delete"):
+        result = db.run(command, huge)
+        assert result.exit_code == 1 and f"message {huge} not found" in result.stderr
+
+
 def test_retry_and_delete_need_ids(db):
     assert db.run("retry").exit_code == 2
     assert db.run("delete", "x").exit_code == 2

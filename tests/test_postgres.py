@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 import mq_cli.backends.postgres as pg
-from mq_cli.backends import bloat
+from mq_cli.backends import bloat, pg_schema
 from mq_cli.cli.main import cli
 from mq_cli.core.dburl import parse_database_url
 from tests.conftest import _pg_connect
@@ -68,7 +68,7 @@ def test_sslmode_in_the_url_and_the_mapping(tmp_path):
 def test_init_sets_the_storage_parameters_and_restores_them(pg_db):
     assert pg_db.run("init").exit_code == 0
     (options,) = pg_db.sql("SELECT reloptions FROM pg_class WHERE relname = 'mq_messages'")[0]
-    assert sorted(options) == sorted(f"{k}={v}" for k, v in pg.STORAGE.items())
+    assert sorted(options) == sorted(f"{k}={v}" for k, v in pg_schema.STORAGE.items())
     pg_db.sql("ALTER TABLE mq_messages RESET (fillfactor)")
     result = pg_db.run("init")
     assert result.exit_code == 0, result.output

@@ -197,6 +197,58 @@ def test_a_lost_payload_column_cannot_be_made_up(db):
     assert check.exit_code == 1 and "no column payload" in check.stdout
 
 
+def user_tables(db) -> list[str]:
+    if db.kind == "sqlite":
+        statement = "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+    elif db.kind == "mysql":
+        statement = (
+            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "
+            "ORDER BY TABLE_NAME"
+        )
+    else:
+        statement = (
+            "SELECT schemaname || '.' || tablename FROM pg_tables "
+            "WHERE schemaname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1"
+        )
+    return [str(row[0]) for row in db.sql(statement)]
+
+
+def test_init_refuses_another_applications_table_before_creating_anything(fresh_db):
+    """A table of the configured name that holds no messages (no queue, no payload):
+    refused, named with its schema or database, and nothing made beside it."""
+    fresh_db.sql("CREATE TABLE mq_messages (id INTEGER PRIMARY KEY, name TEXT)")
+    before = user_tables(fresh_db)
+    result = fresh_db.run("init")
+    assert result.exit_code == 3, result.output
+    database = parse_database_url(fresh_db.url).database
+    named = {"sqlite": "mq_messages", "mysql": f"{database}.mq_messages",
+             "postgres": "public.mq_messages"}[fresh_db.kind]  # fmt: skip
+    assert f"mq: table {named} is not mq's queue table" in result.stderr
+    assert "no column queue, payload" in result.stderr and "changed nothing" in result.stderr
+    assert user_tables(fresh_db) == before
+    check = fresh_db.run("check")
+    assert check.exit_code == 1 and f"table {named} has no column queue" in check.stdout
+    assert user_tables(fresh_db) == before
+
+
+def test_a_table_without_its_meta_table_is_version_0_and_migrated(db):
+    """The oldest layout: no _meta table at all. Reading the version fails inside
+    `mq init`'s one transaction (PostgreSQL, SQLite) without aborting it."""
+    assert db.run("enqueue", "-q", "jobs", "1").exit_code == 0
+    for table in ("mq_messages_meta", "mq_messages_runs", "mq_messages_rollup"):
+        db.sql(f"DROP TABLE {table}")
+    if db.kind != "sqlite":  # SQLite migrates itself on first use
+        assert "schema version 0" in db.run("stats").stderr
+    result = db.run("init")
+    assert result.exit_code == 0, result.output
+    if db.kind != "sqlite":
+        assert "migrated 0 -> 1" in result.stdout and "migrated 2 -> 3" in result.stdout
+    assert db.sql("SELECT value FROM mq_messages_meta WHERE name = 'schema_version'") == [
+        (str(SCHEMA_VERSION),)
+    ]
+    assert len(db.sql("SELECT id FROM mq_messages")) == 1
+
+
 def test_version_0_mariadb_text_unique_key_becomes_bytes(mysql_db):
     """The only layout change in history: unique_key was utf8mb4 text before version 1."""
     assert mysql_db.run("init").exit_code == 0

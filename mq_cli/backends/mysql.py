@@ -110,8 +110,9 @@ class ServerInfo:
 
 class MysqlBackend(SqlBackend):
     kind = dialect = "mysql"
-    #: a server's GET_LOCK holds a drain's liveness; the unique index is on unique_slot
-    caps = Caps(unique_slot=True)
+    #: a server's GET_LOCK holds a drain's liveness; the unique index is on unique_slot;
+    #: DDL commits as it goes
+    caps = Caps(unique_slot=True, ddl_commits=True)
     #: the run log's indexes are part of its CREATE TABLEs (MySQL has no CREATE INDEX IF NOT EXISTS)
     runlog_ddl = ("create_runs", "create_rollup")
     ddl_names = ("create_table", "create_meta", *runlog_ddl, *SqlBackend.limits_ddl)
@@ -327,6 +328,11 @@ class MysqlBackend(SqlBackend):
         rows = self._rows(self._sql["unique_key_type"], (self.table,))
         return bool(rows) and str(rows[0][0]).lower() in ("varchar", "char", "text")
 
+    def _schema_race(self, exc: BaseException) -> bool:
+        # Another init (on another Galera node: no GET_LOCK there) made it first: a table,
+        # a column, an index that exists now, or dropped the index this one would drop.
+        return error_code(exc) in (1050, 1060, 1061, 1091)
+
     def server_mode(self) -> tuple[bool, str]:
         info = self.server
         kind = "MariaDB" if info.mariadb else "MySQL"
@@ -486,14 +492,7 @@ def _open(settings: DatabaseSettings, table: str, options: OpenOptions) -> Mysql
     return MysqlBackend(settings, table, create=bool(options.create) and options.auto_init)
 
 
-register(
-    Dialect(
-        url=mysql_url.FORM,
-        backend=MysqlBackend,
-        open=_open,
-        ddl=ddl,
-        insert_in_transaction=insert_in_transaction,
-        connection_modules=("pymysql",),
-        driver="PyMySQL",
-    )
-)
+register(Dialect(
+    url=mysql_url.FORM, backend=MysqlBackend, open=_open, ddl=ddl,
+    insert_in_transaction=insert_in_transaction, connection_modules=("pymysql",), driver="PyMySQL",
+))  # fmt: skip

@@ -62,7 +62,8 @@ def prepare_threshold(settings: DatabaseSettings) -> int | None:
 
 def probe_session(conn: Any) -> tuple[bool, bool]:
     """(a pooler answered the startup, the server is in recovery), in one round trip."""
-    pid, recovering = conn.execute("SELECT pg_backend_pid(), pg_is_in_recovery()").fetchone()
+    statement = "SELECT pg_catalog.pg_backend_pid(), pg_catalog.pg_is_in_recovery()"
+    pid, recovering = conn.execute(statement).fetchone()
     return int(pid) != int(conn.info.backend_pid), bool(recovering)
 
 
@@ -113,6 +114,25 @@ NO_LISTEN = (
     "through a pooler in transaction mode: no LISTEN, a waiting drain polls (at least "
     "once a second) for other hosts' enqueues"
 )
+
+
+def search_path_check(schemas: list[str]) -> tuple[str, bool, str, bool]:
+    """`mq check`'s line on the search path (``current_schemas(true)``): mq's statements
+    name pg_catalog for every function and type, but their operators (``=``, ``<``,
+    ``+``, ...) are found on the path, and are pg_catalog's only while it comes first
+    (sql/postgres.sql says why). pg_temp is never searched for operators."""
+    path = [schema for schema in schemas if not schema.startswith("pg_temp")]
+    before = path[: path.index("pg_catalog")] if "pg_catalog" in path else path
+    if not before:
+        return ("search_path", True, "pg_catalog first: mq's operators are built-in", False)
+    return (
+        "search_path", True,
+        f"{', '.join(before)} before pg_catalog: an operator there that takes the same types "
+        "as a built-in one would run in mq's statements instead (with mq's rights over every "
+        "payload); set search_path with pg_catalog first, or without it (it is then searched "
+        "first)",
+        True,
+    )  # fmt: skip
 
 
 def checks(

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from mq_cli.backends import bloat, commits, pg_errors, pg_url
+from mq_cli.backends import bloat, commits, pg_errors, pg_schema, pg_url
 from mq_cli.backends import pg_topology as topology
 from mq_cli.backends.base import Found
 from mq_cli.backends.claims import unlock_claims_for_tests
@@ -38,14 +38,6 @@ else:
 
 #: identifiers are at most 63 bytes: room for the longest name mq derives, `<table>_unique`
 MAX_TABLE = 63 - len("_unique")
-#: a queue table that empties and fills all day: vacuum it early and unthrottled, and
-#: leave room on each page for the claim's and the ack's new row versions
-STORAGE = {
-    "fillfactor": "70",
-    "autovacuum_vacuum_scale_factor": "0.01",
-    "autovacuum_vacuum_threshold": "1000",
-    "autovacuum_vacuum_cost_delay": "0",
-}
 #: `mq check` fails when a transaction (or a prepared one) has been open this long (seconds)
 #: (the table-growth lines' thresholds are in backends/bloat.py)
 LONG_TRANSACTION = 300.0
@@ -53,10 +45,6 @@ LONG_TRANSACTION = 300.0
 
 def _seconds(value: Any) -> float | None:
     return None if value is None else float(value)
-
-
-def _storage() -> str:
-    return ", ".join(f"{name} = {value}" for name, value in STORAGE.items())
 
 
 def queries(table: str) -> dict[str, str]:
@@ -67,7 +55,7 @@ def queries(table: str) -> dict[str, str]:
             f"table name {table!r} is {len(table)} characters: on PostgreSQL it may have "
             f"at most {MAX_TABLE} characters (its identifiers are at most 63 bytes)"
         )
-    return dialect_queries("postgres", table, storage=_storage())
+    return dialect_queries("postgres", table, storage=pg_schema.storage())
 
 
 def ddl(table: str) -> list[str]:
@@ -298,19 +286,22 @@ class PostgresBackend(PgClaims, PgAcks):
 
     def route_checks(self) -> list[tuple[str, bool, str, bool]]:
         engine = ("engine", True, f"{self.engine.name}: {self.engine.detail}", False)
-        return [engine, *topology.checks(self.settings, self.pool_mode, self.pooler_seen)]
+        path = topology.search_path_check(self._rows(self._sql["search_path"])[0][0])
+        return [engine, path, *topology.checks(self.settings, self.pool_mode, self.pooler_seen)]
 
-    # -- schema: the storage parameters of a delete-heavy table ------------------
+    # -- schema: the storage parameters of a delete-heavy table (pg_schema.py) ------
 
-    def init_schema(self) -> list[str]:
-        done = super().init_schema()
+    def _migrate(self) -> list[str]:
+        done = super()._migrate()
         rows = self._rows(self._sql["storage_read"], (f'"{self.table}"',))
-        have = dict(o.split("=", 1) for o in (rows[0][0] or [])) if rows else {}
-        if any(have.get(name) != value for name, value in STORAGE.items()):
+        if pg_schema.storage_differs(rows[0][0] if rows else None):
             self._change(self._sql["storage_set"], ())
             if not any(line.startswith("created table") for line in done):
-                done.append(f"set the table's storage parameters: {_storage()}")
+                done.append(f"set the table's storage parameters: {pg_schema.storage()}")
         return done
+
+    def _schema_race(self, exc: BaseException) -> bool:
+        return pg_schema.race(exc)
 
     def vacuum_horizon(self) -> dict[str, Any]:
         return facts(lambda name: self._rows(self._sql[name]))

@@ -80,6 +80,7 @@ def problems(backend: Backend, shape: Shape | None = None) -> list[str]:
             "(a newer mq made or migrated this table)"
         ]
     found = []
+    named = shape.name(table)
     if version < SCHEMA_VERSION:
         found.append(
             f"schema version {version} is older than this mq ({SCHEMA_VERSION}): "
@@ -87,10 +88,10 @@ def problems(backend: Backend, shape: Shape | None = None) -> list[str]:
         )
     for column in COLUMNS + backend.extra_columns:
         if column not in shape.columns:
-            found.append(f"table {table} has no column {column}: {_repair_hint(column)}")
+            found.append(f"table {named} has no column {column}: {_repair_hint(column)}")
     for name, (purpose, unique) in index_names(table).items():
         if name not in shape.indexes:
-            found.append(f"table {table} has no index {name} ({purpose}): run `mq init`")
+            found.append(f"table {named} has no index {name} ({purpose}): run `mq init`")
         elif unique and not shape.indexes[name]:
             found.append(f"index {name} is not unique ({purpose}): drop it and run `mq init`")
     return found
@@ -98,8 +99,23 @@ def problems(backend: Backend, shape: Shape | None = None) -> list[str]:
 
 def _repair_hint(column: str) -> str:
     if column in IRREPLACEABLE:
-        return "its messages cannot be recovered by mq; restore the table from a backup"
+        return (
+            "it is not mq's queue table, or lost its messages (restore it from a backup; "
+            "for another table, set `table:` in the config)"
+        )
     return "run `mq init` to restore it"
+
+
+def _not_ours(backend: Backend, shape: Shape) -> None:
+    """Refuse, before `mq init` changes anything, a table that has no message in it to
+    keep: one of another application's, or one that lost what no default can fill."""
+    lost = [c for c in IRREPLACEABLE if c not in shape.columns]
+    if lost:
+        raise DatabaseError(
+            f"table {shape.name(backend.table)} is not mq's queue table, or lost its messages "
+            f"(it has no column {', '.join(lost)}): `mq init` changed nothing; for another "
+            "table set `table:` in the config, else restore this one from a backup"
+        )
 
 
 def verify(backend: Backend) -> None:
@@ -182,6 +198,7 @@ def migrate(backend: Backend) -> list[str]:
             backend.run_schema_statement(statement)
         backend.run_schema("set_version", (str(SCHEMA_VERSION),))
         return [f"created table {backend.table} (schema version {SCHEMA_VERSION})"]
+    _not_ours(backend, shape)  # before anything is created beside it (its _meta table)
     version = backend.schema_version() or 0
     if version > SCHEMA_VERSION:
         raise SchemaMismatch(
@@ -200,11 +217,6 @@ def migrate(backend: Backend) -> list[str]:
 
 def _repair(backend: Backend, shape: Shape) -> list[str]:
     """Restore lost columns and indexes (data in a lost column is gone: defaults fill it)."""
-    lost = [c for c in IRREPLACEABLE if c not in shape.columns]
-    if lost:
-        raise DatabaseError(
-            f"table {backend.table} has lost column(s) {', '.join(lost)}: {_repair_hint(lost[0])}"
-        )
     done = _create_runlog(backend, "restored") if _runlog_missing(backend) else []
     missing = backend.limits_missing()
     for name in backend.limits_ddl if missing else ():

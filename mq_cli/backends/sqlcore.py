@@ -4,9 +4,9 @@ A dialect (mysql.py, sqlite.py, postgres.py) brings the connection, its error
 mapping into mq's errors (:meth:`SqlBackend._wrap`), how to begin, commit and
 roll back, how a time and a duration travel as parameters, and how a batch of
 messages is inserted. Everything else is written once here: deadlock retries,
-owner-guarded acknowledgements, the operators' locked batches, the schema and
-clock reads, stats. The statements are the named blocks of sql/<dialect>.sql,
-the same names in each. The operators' batches are in sqlops.py.
+owner-guarded acknowledgements, the clock reads, stats. The statements are the
+named blocks of sql/<dialect>.sql, the same names in each. The operators'
+batches are in sqlops.py, the schema and `mq init` in sqlschema.py.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from mq_cli.backends import commits
-from mq_cli.backends.base import Shape
 from mq_cli.backends.claims import (
     RACE_TRIES,
     lost_race,
@@ -28,11 +27,11 @@ from mq_cli.backends.claims import (
 from mq_cli.backends.inserts import initial_status
 from mq_cli.backends.meta import pause_key
 from mq_cli.backends.plumbing import Tx
-from mq_cli.backends.schema import migrate
 from mq_cli.backends.sqlfiles import placeholders
 from mq_cli.backends.sqllimits import SqlLimits
 from mq_cli.backends.sqlops import SqlOperate, as_text
 from mq_cli.backends.sqlrunlog import SqlRunLog
+from mq_cli.backends.sqlschema import SqlSchema
 from mq_cli.core.errors import Deadlock, MqError, SchemaMissing
 from mq_cli.core.models import Message
 
@@ -56,7 +55,7 @@ def backoff(attempt: int) -> None:
     time.sleep(min(random.uniform(0.005, 0.05) * (attempt + 1), 0.5))
 
 
-class SqlBackend(SqlOperate, SqlRunLog, SqlLimits):
+class SqlBackend(SqlSchema, SqlOperate, SqlRunLog, SqlLimits):
     """The shared body of every SQL backend; a dialect subclasses it."""
 
     #: the dialect's name: its sql/<dialect>.sql and its ``kind``
@@ -65,8 +64,6 @@ class SqlBackend(SqlOperate, SqlRunLog, SqlLimits):
     mark = "%s"
     #: the driver's exceptions that _wrap maps into mq's errors
     driver_errors: tuple[type[BaseException], ...] = ()
-    #: the statements `mq init` runs on a fresh database, by name
-    ddl_names: tuple[str, ...] = ("create_table", "create_meta")
     retries = RETRIES
     conn: Any
     _sql: dict[str, str]
@@ -117,10 +114,12 @@ class SqlBackend(SqlOperate, SqlRunLog, SqlLimits):
             raise error from (None if isinstance(error, SchemaMissing) else exc)
 
     def _rows(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
-        """A read on its own (autocommitted)."""
+        """A read on its own (autocommitted; within `mq init`'s transaction, guarded)."""
         with self._errors():
             cursor = self._cursor()
             try:
+                if self._schema_tx:
+                    return self._guarded_read(cursor, sql, params)
                 cursor.execute(sql, params)
                 return list(cursor.fetchall())
             finally:
@@ -140,12 +139,13 @@ class SqlBackend(SqlOperate, SqlRunLog, SqlLimits):
         return self._retried(lambda: Tx(self._cursor()).rows(sql, params))
 
     def _retried(self, run: Callable[[], T]) -> T:
-        for attempt in range(self.retries + 1):
+        retries = 0 if self._schema_tx else self.retries  # see sqlschema.SqlSchema
+        for attempt in range(retries + 1):
             try:
                 with self._errors():
                     return run()
             except Deadlock:
-                if attempt == self.retries:
+                if attempt == retries:
                     raise
                 backoff(attempt)
         raise AssertionError("unreachable")
@@ -179,47 +179,6 @@ class SqlBackend(SqlOperate, SqlRunLog, SqlLimits):
 
     def _with_ids(self, name: str, ids: Sequence[int]) -> str:
         return self._sql[name].replace("{ids}", placeholders(len(ids), self.mark))
-
-    # -- schema -----------------------------------------------------------------
-
-    def init_schema(self) -> list[str]:
-        return migrate(self)
-
-    def ddl(self) -> list[str]:
-        return [self._sql[name] for name in self.ddl_names]
-
-    def schema_version(self) -> int | None:
-        try:
-            rows = self._rows(self._sql["schema_version"])
-        except SchemaMissing:
-            return None
-        return int(rows[0][0]) if rows else None
-
-    def table_shape(self) -> Shape | None:
-        columns = frozenset(
-            str(row[0]) for row in self._rows(self._sql["table_columns"], (self.table,))
-        )
-        if not columns:
-            return None
-        indexes = self._rows(self._sql["table_indexes"], (self.table,))
-        return Shape(columns, {str(name): bool(unique) for name, unique in indexes})
-
-    def run_schema(self, name: str, params: Sequence[object] = ()) -> None:
-        self._change(self._sql[name], params)
-
-    def run_schema_statement(self, statement: str) -> None:
-        self._change(statement, ())
-
-    def probe_write(self) -> None:
-        # _transaction() rolls back on an exception: raise one once the insert worked.
-        def body(tx: Tx) -> None:
-            tx.change(self._sql["probe_write"])
-            raise _RolledBack
-
-        try:
-            self._transaction(body)
-        except _RolledBack:
-            pass
 
     # -- the clock record (mq_cli/drain/clock.py decides what it means) ----------------
 
@@ -473,7 +432,3 @@ class SqlBackend(SqlOperate, SqlRunLog, SqlLimits):
             " ".join(str(v) for v in row)
             for row in self._rows(self._sql["explain_claim"], (queue, limit))
         ]
-
-
-class _RolledBack(Exception):
-    """Ends the probe's transaction the way a failure would: with a ROLLBACK."""

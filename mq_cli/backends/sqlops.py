@@ -17,6 +17,11 @@ from mq_cli.core.models import ByIdResult, Message, QueueStats
 
 T = TypeVar("T")
 
+#: the largest id a BIGINT holds: a larger one names no message, and is never sent (it
+#: would travel as a numeric, which pg_catalog compares with a bigint only by converting,
+#: and not at all to SQLite)
+MAX_ID = (1 << 63) - 1
+
 
 def as_text(value: bytes | str | None) -> str | None:
     """unique_key may be stored as bytes (no collation, no padding): back to text."""
@@ -132,6 +137,8 @@ class SqlOperate(SqlPlumbing):
         return self._locked_change("lock_failed", "delete_failed", ids, (queue,))
 
     def get_message(self, ident: int) -> Message | None:
+        if not 0 < ident <= MAX_ID:
+            return None
         rows = self._rows(self._sql["get_message"], (ident,))
         return self._listed(rows[0][:11], payload=bytes(rows[0][11])) if rows else None
 
@@ -139,11 +146,12 @@ class SqlOperate(SqlPlumbing):
         if not ids:
             return ByIdResult()
 
+        real = [ident for ident in ids if 0 < ident <= MAX_ID]
+
         def body(tx: Tx) -> ByIdResult:
             result = ByIdResult()  # afresh on each try: a deadlock retry runs it again
-            found = {
-                row[0]: (row[1], row[2]) for row in tx.rows(self._with_ids("lock_ids", ids), ids)
-            }
+            locked = tx.rows(self._with_ids("lock_ids", real), real) if real else []
+            found = {row[0]: (row[1], row[2]) for row in locked}
             for ident in dict.fromkeys(ids):
                 if ident not in found:
                     result.missing.append(ident)

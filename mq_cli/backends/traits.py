@@ -16,6 +16,12 @@ class Shape:
     columns: frozenset[str]
     #: index name -> unique
     indexes: dict[str, bool]
+    #: the schema (PostgreSQL) or database (MySQL) it is in; None where a file has one
+    schema: str | None = None
+
+    def name(self, table: str) -> str:
+        """``table`` as messages name it: ``app.mq_messages``."""
+        return f"{self.schema}.{table}" if self.schema else table
 
 
 @dataclass(frozen=True)
@@ -30,3 +36,6 @@ class Caps:
     integrity_check: bool = False
     #: the unique-key index lives on unique_slot (schema version 2's migration)
     unique_slot: bool = False
+    #: each DDL statement commits at once (MySQL): `mq init` cannot be one transaction,
+    #: so its lock is a session lock held while it runs (backends/sqlschema.py)
+    ddl_commits: bool = False

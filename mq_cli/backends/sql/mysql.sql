@@ -331,8 +331,18 @@ WHERE queue = %s AND status = 'processing' AND owner = %s
 -- Schema shape and migrations (backends/schema.py): what `mq init` repairs and
 -- what every command checks once before it reads or writes messages.
 
+-- name: init_lock
+-- `mq init` holds it while it runs (backends/sqlschema.py): DDL commits as it
+-- goes here, so a second init waits for the first (INIT_WAIT seconds a try) instead of
+-- racing it. Lock names are server-wide: this one is the database's and the
+-- table's, hashed into the 64 characters a name may have.
+SELECT GET_LOCK(CONCAT('mq:', LEFT(SHA1(CONCAT(DATABASE(), '.', %s)), 40)), %s)
+
+-- name: init_unlock
+SELECT RELEASE_LOCK(CONCAT('mq:', LEFT(SHA1(CONCAT(DATABASE(), '.', %s)), 40)))
+
 -- name: table_columns
-SELECT COLUMN_NAME FROM information_schema.COLUMNS
+SELECT COLUMN_NAME, TABLE_SCHEMA FROM information_schema.COLUMNS
 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s
 
 -- name: table_indexes

@@ -286,9 +286,13 @@ WHERE queue = ? AND status = 'processing' AND owner = ?
 
 -- Schema shape and migrations (backends/schema.py): what `mq init` repairs and
 -- what every command checks once before it reads or writes messages.
+-- `mq init` runs in one transaction (backends/sqlschema.py): BEGIN IMMEDIATE
+-- takes the write lock, so a second init (any command's, on first use) waits
+-- for the first and then finds its work done; no init_lock statement here.
 
 -- name: table_columns
-SELECT name FROM pragma_table_info(?)
+-- Each column, and no schema to name (the file is the database).
+SELECT name, NULL FROM pragma_table_info(?)
 
 -- name: table_indexes
 SELECT name, "unique" FROM pragma_index_list(?)
