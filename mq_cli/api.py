@@ -379,9 +379,10 @@ class MQ:
         message, nor is paused (``traces``: the caller found none of its own either,
         ``more`` says which): a typo in -q must not look like an empty queue."""
         validate_queue_name(queue)
-        if traces or queue in self.config.queues or queue in self.paused():
+        if traces or queue in self.config.queues:
             return
-        if self.count(queue) > 0:
+        counts = self.stats(queue)[queue]  # a database without mq's schema says so here
+        if counts.paused or counts != QueueStats():
             return
         existing = sorted(set(self.config.queues) | set(self.stats()))
         raise ConfigError(

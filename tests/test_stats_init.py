@@ -246,7 +246,8 @@ def test_stats_queue_filter(db):
     enqueue(db, "b", "{}")
     assert list(stats_json(db, "-q", "a")) == ["a"]
     assert stats_json(db, "--queue", "b")["b"]["ready"] == 1
-    assert stats_json(db, "-q", "never-used") == {"never-used": ZERO}
+    unknown = db.run("stats", "-q", "never-used", "--json")  # a typo is not an empty queue
+    assert unknown.exit_code == 2 and "queue 'never-used' is unknown" in unknown.stderr
     result = db.run("stats", "-q", "bad name")
     assert result.exit_code == 2
     assert "invalid queue name" in result.stderr
