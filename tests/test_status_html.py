@@ -239,7 +239,7 @@ def test_a_queue_no_drain_can_start_is_red_with_what_to_run(db, tmp_path):
     page = tmp_path / "index.html"
     assert db.run("status", "--html", str(page)).exit_code == 0
     colour, _, fix = queue_row(page.read_text(), "bad")
-    assert colour == "red" and "no drain could start it since" in fix
+    assert colour == "red" and "no drain could start since" in fix
     assert "<code>mq check</code>" in fix and "<code>mq drain -q bad</code>" in fix
 
 

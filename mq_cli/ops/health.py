@@ -67,7 +67,7 @@ def judge(name: str, queue: QueueStatus, backlog_age: float = BACKLOG_AGE) -> He
     if queue.limits.cannot_start is not None:
         since, error = queue.limits.cannot_start
         since = since.replace("T", " ").replace("Z", " UTC")
-        problems.append(Problem(RED, f"no drain could start it since {since}: {error}", (
+        problems.append(Problem(RED, f"no drain could start since {since}: {error}", (
             ("mq check", "check the config and the handlers"),
             (f"mq drain -q {q}", "run one at a terminal: the note goes once a drain starts"),
         )))  # fmt: skip
