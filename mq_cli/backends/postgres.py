@@ -29,6 +29,7 @@ from mq_cli.core.errors import (
     MqError,
     ReadOnly,
     SchemaMissing,
+    Unreachable,
 )
 
 log = logging.getLogger("mq")
@@ -208,7 +209,7 @@ class PostgresBackend(PgClaims, PgAcks):
         if state == "3D000":
             return DatabaseError(f"database does not exist at {where}: create it first")
         if connecting:
-            return DatabaseError(f"cannot connect to the database at {where}: {text}")
+            return Unreachable(f"cannot connect to the database at {where}: {text}")
         if state == UNDEFINED_TABLE:
             return SchemaMissing(
                 f"the queue table {self.table!r} is missing at {where}: run `mq init`"
