@@ -85,13 +85,33 @@ def drain(
     Example (one-off):
       mq drain -q demo --handler 'exec:cat' --max-messages 10
     """
-    from mq_cli.core.errors import MqError
     from mq_cli.drain import signals
-    from mq_cli.drain.report import DrainOptions
 
     # From here on SIGTERM/SIGINT stop the drain as the contract says (exit 0), also
     # while it starts: its config, its handler's import, its first connection.
-    signals.catch_early()
+    early = signals.catch_early()
+    try:
+        _drain(state, queues, handler, max_messages, max_seconds, batch_size, concurrency,
+               wait, processes, as_json)  # fmt: skip
+    finally:
+        early.restore()
+
+
+def _drain(
+    state: State,
+    queues: tuple[str, ...],
+    handler: str | None,
+    max_messages: int | None,
+    max_seconds: float | None,
+    batch_size: int | None,
+    concurrency: int | None,
+    wait: bool,
+    processes: int | None,
+    as_json: bool,
+) -> None:
+    from mq_cli.core.errors import MqError
+    from mq_cli.drain.report import DrainOptions
+
     if processes is not None:
         _drain_processes(
             state, queues, processes, handler, max_messages, max_seconds, batch_size,

@@ -26,16 +26,21 @@ class Early:
 
     def __init__(self) -> None:
         self.got: signal.Signals | None = None
+        self.previous: dict[int, Any] = {}
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         self.got = self.got or signal.Signals(signum)
+
+    def restore(self) -> None:
+        """The handlers from before :func:`catch_early` (a process that goes on: tests)."""
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
 
 
 def catch_early() -> Early:
     """Install :class:`Early` for SIGTERM and SIGINT (the drain replaces it later)."""
     early = Early()
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, early)
+    early.previous = {sig: signal.signal(sig, early) for sig in STOP_SIGNALS}
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # one pending is delivered now
     return early
 
