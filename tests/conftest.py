@@ -54,6 +54,7 @@ SCENARIO_LANES = {
     "test_galera.py": "c",  # 110 with its cluster's starts
     "test_fleet_galera.py": "c",  # 62 with its own cluster's starts
     "test_soak.py::test_cron_soak_with_kill_9[mysql]": "c",  # 53
+    "test_outage.py": "c",  # 150 with its two servers' starts (2026-11-25, load ~3)
 }
 
 

@@ -30,6 +30,7 @@ from mq_cli.core.errors import (
     PermissionDenied,
     ReadOnly,
     SchemaMissing,
+    Unreachable,
 )
 
 log = logging.getLogger("mq")
@@ -184,7 +185,7 @@ class MysqlBackend(SqlBackend):
         except pymysql.MySQLError as exc:
             raise self._wrap(exc, connecting=True) from exc
         except OSError as exc:
-            raise DatabaseError(f"cannot connect to the database at {s.describe()}: {exc}") from exc
+            raise Unreachable(f"cannot connect to the database at {s.describe()}: {exc}") from exc
         self.server = ServerInfo(
             str(row[0]), int(row[1]), int(row[2]), int(row[3]), galera=bool(int(row[4] or 0))
         )
@@ -244,7 +245,7 @@ class MysqlBackend(SqlBackend):
                 f"{where}: a statement exceeded the server's max_allowed_packet: {text}"
             )
         if connecting or code in CANNOT_CONNECT:
-            return DatabaseError(f"cannot connect to the database at {where}: {text}")
+            return Unreachable(f"cannot connect to the database at {where}: {text}")
         if code in LOST or isinstance(exc, pymysql.err.InterfaceError):
             return ConnectionLost(f"lost the connection to {where}: {text or 'connection closed'}")
         return DatabaseError(f"{where}: {text}")

@@ -26,6 +26,7 @@ from mq_cli.core.errors import (
     DatabaseError,
     MqError,
     SchemaMissing,
+    Unreachable,
 )
 
 log = logging.getLogger("mq")
@@ -177,7 +178,7 @@ class PostgresBackend(PgClaims, PgAcks):
         if state == "3D000":
             return DatabaseError(f"database does not exist at {where}: create it first")
         if connecting:
-            return DatabaseError(f"cannot connect to the database at {where}: {text}")
+            return Unreachable(f"cannot connect to the database at {where}: {text}")
         if topology.STATEMENT_POOL_SAYS in text or (self._statement_pool and self.conn.closed):
             # Not a lost connection to reconnect: the pooler closed it on purpose and
             # will close the next one alike; what it closed says it again.

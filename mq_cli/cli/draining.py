@@ -69,6 +69,9 @@ def drain(
     ends, anything else within a second (its poll). SIGTERM/SIGINT: the running
     handler finishes, unstarted messages go back to ready, exit 0.
     Silent on success (cron mails any output); failures go to stderr.
+    A database that goes away is waited for up to the run's end (a plain
+    cron drain: 30 s); exit 3 only if it is still away then. --json
+    prints what ran on every exit, and why the run ended ("ended").
 
     \b
     --processes N starts N such drains of each queue at once, as N crontab
@@ -82,6 +85,31 @@ def drain(
     Example (one-off):
       mq drain -q demo --handler 'exec:cat' --max-messages 10
     """
+    from mq_cli.drain import signals
+
+    # From here on SIGTERM/SIGINT stop the drain as the contract says (exit 0), also
+    # while it starts: its config, its handler's import, its first connection.
+    early = signals.catch_early()
+    try:
+        _drain(state, queues, handler, max_messages, max_seconds, batch_size, concurrency,
+               wait, processes, as_json)  # fmt: skip
+    finally:
+        early.restore()
+
+
+def _drain(
+    state: State,
+    queues: tuple[str, ...],
+    handler: str | None,
+    max_messages: int | None,
+    max_seconds: float | None,
+    batch_size: int | None,
+    concurrency: int | None,
+    wait: bool,
+    processes: int | None,
+    as_json: bool,
+) -> None:
+    from mq_cli.core.errors import MqError
     from mq_cli.drain.report import DrainOptions
 
     if processes is not None:
@@ -109,6 +137,10 @@ def drain(
                 progress=counter.show if counter else None,
             )
         )
+    except MqError as exc:
+        if as_json and exc.report is not None:  # what ran before the error, and why it ended
+            click.echo(json.dumps(exc.report.to_json()))
+        raise
     finally:
         if counter is not None:
             counter.close()

@@ -6,11 +6,16 @@ and exits with ``error.exit_code``. Messages never contain a password.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class MqError(Exception):
     """Base class of every error mq raises on purpose."""
 
     exit_code = 1
+    #: set when the error ends a drain: its report (drain.report.DrainReport) of what it
+    #: did until then, which `mq drain --json` prints before the error
+    report: Any = None
 
 
 class InputRejected(MqError):
@@ -43,6 +48,12 @@ class DatabaseError(MqError):
     """The database could not be reached or refused the operation."""
 
     exit_code = 3
+
+
+class Unreachable(DatabaseError):
+    """No connection could be made (refused, timed out, the server starting up or
+    shutting down): nothing was done, and a later try may succeed. A wrong password or
+    a missing database is a plain DatabaseError: trying again would not help."""
 
 
 class SchemaMissing(DatabaseError):

@@ -19,7 +19,7 @@ from mq_cli.core.errors import SessionLost
 from mq_cli.core.models import Message
 from mq_cli.drain import runlog
 from mq_cli.drain.report import DrainOptions, DrainReport
-from mq_cli.drain.session import DrainSession
+from mq_cli.drain.session import DrainSession, TakenForDead
 from mq_cli.runners import guard, handlers
 
 log = logging.getLogger("mq")
@@ -51,6 +51,10 @@ class DrainAcks(DrainSession):
         # A success whose DELETE was sent and not yet read (PostgreSQL): the queue, the
         # message, its handler's seconds, when it was sent (time.monotonic) and the owner then.
         self._in_flight: tuple[QueueConfig, Message, float, float, str] | None = None
+
+    def _let_go(self) -> None:
+        super()._let_go()
+        self._in_flight = None  # its DELETE may not have landed: it stays processing for gc
 
     def _settle_after_failure(
         self,
@@ -285,7 +289,7 @@ class DrainAcks(DrainSession):
             return
         if self.watchdog is not None and self.watchdog.stopped_since(since):
             return
-        raise SessionLost(
+        raise TakenForDead(
             f"gc took messages this drain held: its heartbeats could not be written for "
             f"{gap:.1f} s, longer than stalled_after ({format_duration(self.stalled_after)}) "
             "(a stalled database or cluster?); what it ran may run again elsewhere"

@@ -18,10 +18,13 @@ from collections.abc import Sequence
 from types import FrameType
 
 from mq_cli.core.config import Config
+from mq_cli.drain import signals
 from mq_cli.drain.report import DrainReport
 
 #: exit codes by precedence: a database problem outranks a config error, then a rejection
 _WORST = (3, 2, 1)
+#: why the run ended, by precedence: the children's worst
+_ENDED = ("database", "error", "signal", "deadline", "max_messages", "empty")
 
 
 def plan(
@@ -49,34 +52,54 @@ def run(
     (their reports added up, the exit code that sums them up)."""
     base = [sys.executable, "-m", "mq_cli", *["-v"] * verbose, "drain"]
     procs: list[subprocess.Popen] = []
+    forwarded: set[int] = set()
 
     def forward(signum: int, frame: FrameType | None) -> None:
+        forwarded.add(signum)
         for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signum)
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.signal(sig, forward) for sig in signals.STOP_SIGNALS}
+    early = signals.caught(previous.values())
     try:
         for queue in children:
-            procs.append(
-                subprocess.Popen(
-                    [*base, "-q", queue, *drain_args, "--json"],
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    env=env,
+            if early is not None or forwarded:  # asked to stop: start no more
+                break
+            with signals.blocked():  # one sent meanwhile waits for the child to catch it
+                procs.append(
+                    subprocess.Popen(
+                        [*base, "-q", queue, *drain_args, "--json"],
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE,
+                        env=env,
+                    )
                 )
-            )
         outputs = [(proc.communicate()[0], proc.returncode) for proc in procs]
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return _total(outputs), _exit_code([code for _, code in outputs])
+    # A child that died by the signal the parent passed on was stopped as asked before
+    # it could catch it (signals.blocked() makes that rare): nothing of it ran.
+    codes = [0 if -code in forwarded else code for _, code in outputs]
+    for proc, code in zip(procs, codes, strict=True):
+        if code < 0:
+            sys.stderr.write(
+                f"mq: a drain (pid {proc.pid}) was killed by {signal.Signals(-code).name}; "
+                "what it held stays processing until gc takes it back\n"
+            )
+    total = _total([(out, code) for (out, _), code in zip(outputs, codes, strict=True)])
+    if (early is not None or forwarded) and total.ended not in ("database", "error"):
+        total.ended = "signal"
+    return total, _exit_code(codes)
 
 
 def _total(outputs: Sequence[tuple[bytes, int]]) -> DrainReport:
     total = DrainReport()
     drained: set[str] = set()
     busy: set[str] = set()
+    # A child that printed no report: exit 3 (the database), or killed by a signal.
+    ended = {"database" if code == 3 else "signal" for _, code in outputs if code == 3 or code < 0}
     for out, _ in outputs:
         try:
             report = json.loads(out or b"{}")
@@ -89,8 +112,10 @@ def _total(outputs: Sequence[tuple[bytes, int]]) -> DrainReport:
         total.seconds = max(total.seconds, float(report["seconds"]))
         drained.update(report["queues"])
         busy.update(report["busy"])
+        ended.add(str(report.get("ended", "empty")))
     total.queues = sorted(drained)
     total.busy = sorted(busy - drained)  # busy for every child: no slot was free at all
+    total.ended = next((reason for reason in _ENDED if reason in ended), "empty")
     return total
 
 

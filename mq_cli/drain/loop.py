@@ -10,32 +10,28 @@ from __future__ import annotations
 import heapq
 import logging
 import math
-import os
-import secrets
 import signal
-import socket
 import sys
 import time
 from collections.abc import Callable
 from contextlib import closing
 from types import FrameType
-from typing import Any
 
 from mq_cli.backends import liveness
 from mq_cli.backends.base import Backend
 from mq_cli.core.config import Config, QueueConfig
 from mq_cli.core.durations import format_duration
 from mq_cli.core.errors import (
-    ConfigError,
     DatabaseError,
     MqError,
     SessionLost,
 )
 from mq_cli.core.models import Message
-from mq_cli.drain import clock, ratelimit, slots, wakeup, watchdog
+from mq_cli.drain import clock, ratelimit, signals, slots, startfail, wakeup, watchdog
 from mq_cli.drain.acks import DrainAcks
 from mq_cli.drain.recovery import requeue_stalled
 from mq_cli.drain.report import DrainOptions, DrainReport
+from mq_cli.drain.session import DatabaseAway, WaitInterrupted
 from mq_cli.runners import handlers, make_runner
 
 log = logging.getLogger("mq")
@@ -49,12 +45,6 @@ REQUEUE_LOOK_EVERY = 0.5  # a waiting requeue_stalled drain looks for dead drain
 RETRY_SLACK = 0.005
 #: a success's DELETE sent ahead is read by the next result, or by a tick this much later
 IN_FLIGHT_READ_AFTER = 0.05
-ERROR_LOG_WIDTH = 1000  # characters of a failure's last line in the drain's log
-
-
-def owner_token() -> str:
-    """Who holds a claim: host, pid and a random part (pids are reused)."""
-    return f"{socket.gethostname()[:80]}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 class Drain(DrainAcks):
@@ -74,52 +64,44 @@ class Drain(DrainAcks):
         self._file_lock: liveness.FileLock | None = None
         self._suspects: dict[str, float] = {}  # owner -> since when its lock is free
         self.throttle = ratelimit.Throttle()
-
-    # -- setup --------------------------------------------------------------
-
-    def plan(self) -> list[tuple[QueueConfig, str]]:
-        """Each queue to drain with its handler, every handler checked before anything is claimed."""
-        names = self.options.queues or list(self.config.queues)
-        if not names:
-            raise ConfigError(
-                "no queue to drain: give -q QUEUE, or configure queues (see config.example.yaml)"
-            )
-        plan = []
-        for name in names:
-            queue = self.config.queue(name)
-            path = self.options.handler or queue.handler
-            try:
-                if not path:
-                    where = self.config.source or "no config file"
-                    raise ConfigError(
-                        f"queue {name!r} has no handler ({where}): set queues.{name}.handler "
-                        "in the config or pass --handler"
-                    )
-                handlers.resolve(path)
-            except ConfigError as exc:  # seen in `mq status`, not only in one host's mail
-                from mq_cli.drain import startfail
-
-                startfail.record(self.config, self._open_backend, name, str(exc))
-                raise
-            plan.append((queue, str(path)))
-        return plan
+        self.stop_reason = ""  # why _should_stop first said yes: the report's "ended"
 
     # -- the run ------------------------------------------------------------
 
     def run(self) -> DrainReport:
-        plan = self.plan()
+        """Drain; the report says what ran and why the run ended (``ended``), also when
+        an error ends it: then it is the error's ``report``."""
+        try:
+            self._run()
+        except WaitInterrupted as exc:  # ends as any signal does: nothing was held
+            log.info("%s", exc)
+            self.stop_reason = "signal"
+        except MqError as exc:
+            self.report.ended = "database" if isinstance(exc, DatabaseError) else "error"
+            exc.report = self.report
+            raise
+        self.report.ended = self.stop_reason or "empty"
+        return self.report
+
+    def _run(self) -> None:
         started = time.monotonic()
-        self.runlog.queues = [queue.name for queue, _ in plan]
-        self.deadline = started + self.options.max_seconds if self.options.max_seconds else None
         previous = {
             sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
         }
+        early = signals.caught(previous.values())
+        if early:
+            log.warning("got %s while starting: stopping before claiming anything", early.name)
+            self.signals += 1
         try:
+            plan = startfail.plan(self.config, self.options, self._open_backend)
+            self.runlog.queues = [queue.name for queue, _ in plan]
+            if self.options.max_seconds:
+                self.deadline = started + self.options.max_seconds
             # This database's and table's slots: never another config's (slots.py).
             slot_dir = slots.open_database_dir(self.config)
             paused, stuck = self._db(lambda b: b.drain_notes())
             if stuck.keys() & set(self.runlog.queues):  # these can start again: no note
-                startfail_clear(self._db, stuck.keys() & set(self.runlog.queues))
+                startfail.clear(self._db, stuck.keys() & set(self.runlog.queues))
             self._take_liveness()
             for queue, path in plan:
                 if self._should_stop():
@@ -159,7 +141,6 @@ class Drain(DrainAcks):
                 self._file_lock.release()
             self.report.seconds = time.monotonic() - started
             self.runlog.end(sys.exc_info()[1])
-        return self.report
 
     def _take_liveness(self) -> None:
         """Hold a lock named after this drain's owner token for as long as it runs, and
@@ -193,7 +174,7 @@ class Drain(DrainAcks):
         """The error, saying what becomes of what this drain held (a full disk, a
         refused write: its messages could not be recorded or given back)."""
         text = str(exc)
-        if not self.report.claimed or "gc --stalled" in text or "\n" in text:
+        if not self._holding() or "gc --stalled" in text or "\n" in text:
             return exc  # nothing held, said already, or two lines already
         return type(exc)(
             f"{text}\nany message this drain held stays processing and shows as stalled "
@@ -214,14 +195,22 @@ class Drain(DrainAcks):
             self.runner.kill()
 
     def _should_stop(self) -> bool:
-        if self.signals or self.fleet.lost:
-            return True
-        if self.deadline is not None and time.monotonic() >= self.deadline:
-            return True
         limit = self.options.max_messages
-        return limit is not None and self.report.succeeded + self.report.failed >= limit
+        if self.signals:
+            reason = "signal"
+        elif self.fleet.lost:
+            reason = "database"  # another drain took its fleet slot while it was cut off
+        elif self.deadline is not None and time.monotonic() >= self.deadline:
+            reason = "deadline"
+        elif limit is not None and self.report.succeeded + self.report.failed >= limit:
+            reason = "max_messages"
+        else:
+            return False
+        self.stop_reason = self.stop_reason or reason
+        return True
 
     def _drain_queue(self, queue: QueueConfig, path: str) -> None:
+        self.where = f"queue {queue.name}: "
         self._db(lambda b: b.purge_tombstones(queue.name))
         requeued = time.monotonic()
         if queue.requeue_stalled:
@@ -250,7 +239,12 @@ class Drain(DrainAcks):
                         log.info("queue %s: paused (mq pause); stopping", queue.name)
                         self.report.paused.append(queue.name)
                         return
-                batch = self._claim(queue)
+                try:
+                    batch = self._claim(queue)
+                except (SessionLost, DatabaseAway) as exc:  # with a group's successes
+                    if not self._go_on_after(exc):
+                        raise
+                    continue
                 if not batch and self.throttle.due_in is not None:  # ready, but no token yet
                     wait, stop = self.options.wait, self._should_stop
                     if self.throttle.wait(queue, self.deadline, wait, stop, self._ticks):
@@ -271,7 +265,7 @@ class Drain(DrainAcks):
                 idle = WAIT_POLL_MIN
                 try:
                     self._run_batch(queue, batch, runner)
-                except SessionLost as exc:
+                except (SessionLost, DatabaseAway) as exc:
                     if not self._go_on_after(exc):
                         raise
         finally:
@@ -430,6 +424,7 @@ class Drain(DrainAcks):
             for m in batch
         ]
         self.runlog.batch(batch)
+        self.in_hand = True  # held until its results are recorded (session.py: _holding)
         carry = False
         results = runner.run_many(jobs, admit, queue.timeout or None, tick, tick_every, not_after)
         self.guard.arm(min(time.monotonic() + liveness.FENCE, self.beat_at + self._hold_for))
@@ -465,6 +460,7 @@ class Drain(DrainAcks):
                         "queue %s: returned %d unstarted message(s) to ready", queue.name, returned
                     )
                     self.held = set()
+        self.in_hand = False
 
     def _heartbeat(self) -> None:
         self._last_beat = asked = time.monotonic()
@@ -487,9 +483,3 @@ class Drain(DrainAcks):
         except DatabaseError as exc:
             # The handler is still running; the acknowledgement will try again.
             self._say.warning("heartbeat failed: %s", exc)
-
-
-def startfail_clear(db: Callable[..., Any], queues: set[str]) -> None:
-    from mq_cli.drain.startfail import clear
-
-    clear(db, queues)

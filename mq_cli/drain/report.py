@@ -32,6 +32,10 @@ class DrainReport:
     queues: list[str] = field(default_factory=list)  # queues worked on
     busy: list[str] = field(default_factory=list)  # queues whose slots were all taken
     paused: list[str] = field(default_factory=list)  # queues skipped: `mq pause`
+    #: why the run ended: "empty" (nothing left to do), "deadline" (--max-seconds),
+    #: "max_messages", "signal" (SIGTERM/SIGINT), "database" (it went away or refused;
+    #: exit 3), "error" (another error, e.g. a handler that does not import: exit 2)
+    ended: str = "empty"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -44,4 +48,5 @@ class DrainReport:
             "queues": self.queues,
             "busy": self.busy,
             "paused": self.paused,
+            "ended": self.ended,
         }

@@ -1,5 +1,7 @@
 """The drain's database session: reconnect after a lost connection, take the
-drain's lock back, give up after a while, and say so once a second at most.
+drain's lock back, give up after a while (holding messages) or wait for the
+database up to the drain's end (holding none: outage.py), and say so once a
+second at most.
 
 The bottom of the drain's classes (session.py <- acks.py <- loop.py): each
 level owns the state it keeps, set up in its own ``__init__``.
@@ -16,9 +18,15 @@ from typing import Any
 from mq_cli.backends import liveness
 from mq_cli.backends.base import Backend
 from mq_cli.core.config import Config
-from mq_cli.core.errors import ConnectionLost, DatabaseError, ReadOnly, SessionLost
+from mq_cli.core.errors import (
+    ConnectionLost,
+    DatabaseError,
+    ReadOnly,
+    SessionLost,
+    Unreachable,
+)
 from mq_cli.core.models import Message
-from mq_cli.drain import fleet, watchdog
+from mq_cli.drain import fleet, outage, watchdog
 from mq_cli.drain.ratelog import Throttled
 from mq_cli.drain.report import DrainOptions
 
@@ -33,6 +41,23 @@ RECONNECT_FAILOVER_FOR = 60.0
 # ... and a database that turned read-only (a failover demoted it): a new primary
 # answers a reconnect within seconds, or this is a standby and waiting is in vain.
 READ_ONLY_FOR = 3.5
+
+
+class DatabaseAway(DatabaseError):
+    """The database stayed away: for the reconnect window while the drain held
+    messages (which stay processing for gc), or until its end while it held none."""
+
+
+class TakenForDead(SessionLost):
+    """A drain that heartbeats alone found what it held taken by gc while its writes
+    stalled: it stops and says so (exit 3), unless the URL lists several hosts."""
+
+
+class WaitInterrupted(DatabaseError):
+    """SIGTERM or SIGINT while the drain waited for its database, holding nothing:
+    it ends as after any signal (exit 0)."""
+
+    exit_code = 0
 
 
 def owner_token() -> str:
@@ -67,6 +92,15 @@ class DrainSession:
         failover = bool(config.database.hosts)
         self.reconnect_for = RECONNECT_FAILOVER_FOR if failover else RECONNECT_FOR
         self.fleet = fleet.Fleet(config, self._db, lambda: self.owner, lambda: self.live)
+        # Set by the loop (loop.py): the run's end (time.monotonic(), --max-seconds),
+        # the signals it got, whether a batch is being worked (its messages, the one
+        # being acknowledged included, count as held) and the queue, for log lines.
+        self.deadline: float | None = None
+        self.signals = 0
+        self.in_hand = False
+        self.where = ""
+        patience = max(outage.PATIENCE, self.reconnect_for)
+        self.outage = outage.Outage(lambda: self.deadline, options.wait, patience)
 
     @property
     def backend(self) -> Backend:
@@ -74,13 +108,26 @@ class DrainSession:
             self._backend = self._open_backend()
         return self._backend
 
+    def _holding(self) -> bool:
+        """Whether the drain holds messages: claimed, running, or acknowledged unseen."""
+        return self.in_hand or bool(self.held or self.done)
+
+    def _let_go(self) -> None:
+        """Forget what it held: those messages stay processing for gc (see _go_on_after)."""
+        self.held = set()
+        self.done = []
+        self.in_hand = False
+
     def _db(self, operation: Callable[[Backend], Any], patience: float | None = None) -> Any:
-        """Run ``operation``; after a lost connection, reconnect and retry for a while.
+        """Run ``operation``; after a lost connection, reconnect and retry for a while:
+        ``patience`` seconds (default RECONNECT_FOR) while the drain holds messages,
+        else, by default, until its end (outage.py).
 
         Every operation is guarded by the owner token, so running one twice
         (the first attempt may have committed before the connection dropped)
         never changes another drain's claim.
         """
+        rides = patience is None and not self._gave_up  # may wait out an outage
         if patience is None:
             patience = self.reconnect_for
         if self._gave_up:
@@ -99,9 +146,13 @@ class DrainSession:
                 result = operation(self.backend)
                 self.last_proof = max(self.last_proof, sent)
                 self._read_only_since = None
+                if self.outage.since is not None:
+                    self.outage.over(self.where)
                 return result
-            except ConnectionLost as exc:
-                if isinstance(exc, ReadOnly):
+            except (ConnectionLost, Unreachable) as exc:
+                self.outage.begin()
+                read_only = isinstance(exc, ReadOnly)
+                if read_only:
                     # The server answered on the session that holds this drain's lock
                     # (a read-only one still grants it): proof the session lives. Then
                     # a role change: reconnect (a new primary?) for READ_ONLY_FOR from
@@ -109,38 +160,68 @@ class DrainSession:
                     self.last_proof = max(self.last_proof, sent)
                     since = self._read_only_since = self._read_only_since or time.monotonic()
                     give_up = min(give_up, since + READ_ONLY_FOR)
-                if time.monotonic() >= give_up:
-                    self._gave_up = True
-                    raise DatabaseError(
-                        f"{exc}\nheld message(s) stay processing and show as stalled after "
-                        "stalled_after; `mq gc --stalled --requeue` recovers them"
-                    ) from exc
-                tries += 1
-                # Once per outage on stderr (and at most once a second); each further
-                # try at -v (a failover may take a minute).
-                if tries == 1:
-                    self._say.warning("%s; reconnecting (try 1)", exc)
+                if rides and not read_only and not self._holding():
+                    self._wait_for_database(exc)
                 else:
-                    log.info("%s; reconnecting (try %d)", exc, tries)
-                since = time.monotonic() - lost_at
-                if self.live == "session" and (self.held or self.done) and since < liveness.FENCE:
-                    # Its lock is free until it reconnects: gc takes a drain whose
-                    # lock stays free for liveness.SUSPECT as dead. Try often.
-                    time.sleep(random.uniform(0.05, 0.15))
-                else:
-                    time.sleep(pause + random.uniform(0, pause))
-                    # A new primary may answer any moment: look at least twice a second.
-                    pause = min(pause * 2, 0.5 if isinstance(exc, ReadOnly) else 2.0)
+                    if time.monotonic() >= give_up:
+                        # What it holds is given up; the cleanup on the way out tries once.
+                        self._gave_up = self._gave_up or self._holding() or read_only
+                        raise self._given_up(exc) from exc
+                    tries += 1
+                    # Once per outage on stderr (and at most once a second); each further
+                    # try at -v (a failover may take a minute).
+                    if tries == 1:
+                        self._say.warning("%s; reconnecting (try 1)", exc)
+                    else:
+                        log.info("%s; reconnecting (try %d)", exc, tries)
+                    since = time.monotonic() - lost_at
+                    if self.live == "session" and self._holding() and since < liveness.FENCE:
+                        # Its lock is free until it reconnects: gc takes a drain whose
+                        # lock stays free for liveness.SUSPECT as dead. Try often.
+                        time.sleep(random.uniform(0.05, 0.15))
+                    else:
+                        time.sleep(pause + random.uniform(0, pause))
+                        # A new primary may answer any moment: look at least twice a second.
+                        pause = min(pause * 2, 0.5 if read_only else 2.0)
                 try:
-                    self.backend.reconnect()
+                    self._reconnect()
                 except DatabaseError as again:
                     if tries == 1:
                         self._say.warning("reconnect failed: %s", again)
                     else:
                         log.info("reconnect failed: %s", again)
                     continue
-                self.reconnects += 1
-                self._take_back_due = self.live == "session"
+
+    def _wait_for_database(self, exc: DatabaseError) -> None:
+        """Holding nothing, wait for the database up to the drain's end (outage.py):
+        sleep before the next try, or stop waiting (its end, or a signal)."""
+        if self.signals:
+            raise WaitInterrupted(f"{self.where}stopped while waiting for the database ({exc})")
+        if time.monotonic() >= self.outage.until():
+            self._gave_up = True
+            raise DatabaseAway(f"{exc}\n{self.outage.ended_text(self.where)}") from exc
+        self.outage.announce(self.where, exc)
+        time.sleep(self.outage.pause())
+
+    def _given_up(self, exc: ConnectionLost | Unreachable) -> DatabaseError:
+        """The error that ends the reconnect window: saying what becomes of what it held."""
+        text = str(exc)
+        if self._holding():
+            text += (
+                "\nheld message(s) stay processing and show as stalled after stalled_after; "
+                "`mq gc --stalled --requeue` recovers them"
+            )
+        if isinstance(exc, ReadOnly):
+            return DatabaseError(text)  # a standby does not become a primary by waiting
+        return DatabaseAway(text)
+
+    def _reconnect(self) -> None:
+        if self._backend is None:  # the first connection, which failed (at start-up)
+            self._backend = self._open_backend()
+            return
+        self._backend.reconnect()
+        self.reconnects += 1
+        self._take_back_due = self.live == "session"
 
     def _take_back(self) -> None:
         """After a reconnect: take this drain's lock again on the new session, then
@@ -160,14 +241,21 @@ class DrainSession:
             raise SessionLost(self._session_lost_text("gc took messages it held"))
         log.info("took the drain's lock back on a new session")
 
-    def _go_on_after(self, exc: SessionLost) -> bool:
-        """Whether to go on after the session was lost: yes where the URL lists several
-        hosts (a failover). The running handler was stopped, what did not start was
-        given back, and what ran stays processing for gc, as in a drain that exits;
-        every acknowledgement is owner-guarded, so nothing of another drain is touched."""
-        if not self.config.database.hosts or self._gave_up:
+    def _go_on_after(self, exc: DatabaseError) -> bool:
+        """Whether to go on after the session was lost (SessionLost) or the database
+        stayed away while the drain held messages (DatabaseAway): yes until the drain's
+        end (outage.py), unless gc took it for dead (TakenForDead: exit 3, except where
+        the URL lists several hosts, a failover). The running handler was stopped, what
+        did not start was given back where it could be, and what ran or could not be
+        given back stays processing for gc, as in a drain that exits; it goes on under
+        a new owner token, so nothing of that is touched again."""
+        if isinstance(exc, TakenForDead) and not self.config.database.hosts:
             return False
-        log.warning("%s; going on with new claims (several hosts: a failover?)", exc)
+        if self.signals or time.monotonic() >= self.outage.until():
+            return False
+        log.warning("%s%s; going on with new claims", self.where, "; ".join(str(exc).splitlines()))
+        self._let_go()
+        self._gave_up = False
         self._rename()
         if self.watchdog is not None:
             self.watchdog.fired = False
@@ -182,15 +270,16 @@ class DrainSession:
         if self.live == "session":
             token += liveness.LIVE_MARK
             try:
-                taken = self._db(lambda b: b.live_lock_take(token))
+                self.backend.live_lock_release(old)
+                taken = self.backend.live_lock_take(token)
+            except (ConnectionLost, Unreachable):
+                # No session now: the lock is taken after the reconnect (_take_back),
+                # before anything else, under the new token.
+                taken = True
             except DatabaseError:
                 taken = False
             if not taken:  # heartbeats alone show it alive from now on
                 token, self.live = token[: -len(liveness.LIVE_MARK)], None
-            try:
-                self.backend.live_lock_release(old)
-            except DatabaseError:
-                pass  # gone with the old session already
         self.owner = token
         log.info("going on as %s", token)
 

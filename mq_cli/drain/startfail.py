@@ -1,4 +1,5 @@
-"""Queues no drain could start: a trace in the database for `mq status`.
+"""Queues no drain could start: checked before anything is claimed, and a trace
+in the database for `mq status`.
 
 A drain that cannot start (its handler does not import, the queue has no
 handler in the config, a bad ``--handler``) exits 2 before it claims anything,
@@ -17,11 +18,13 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from mq_cli.backends.meta import pause_key
-from mq_cli.core.errors import MqError
+from mq_cli.core.errors import ConfigError, MqError
+from mq_cli.runners import handlers
 
 if TYPE_CHECKING:
     from mq_cli.backends.base import Backend
-    from mq_cli.core.config import Config
+    from mq_cli.core.config import Config, QueueConfig
+    from mq_cli.drain.report import DrainOptions
 
 log = logging.getLogger("mq")
 
@@ -32,6 +35,35 @@ VALUE_WIDTH = 255
 
 def note_name(queue: str) -> str:
     return pause_key(queue, KIND)
+
+
+def plan(
+    config: Config, options: DrainOptions, open_backend: Callable[[], Backend]
+) -> list[tuple[QueueConfig, str]]:
+    """Each queue to drain with its handler, every handler checked before anything is
+    claimed; a queue that cannot start is noted (:func:`record`) and raises ConfigError."""
+    names = options.queues or list(config.queues)
+    if not names:
+        raise ConfigError(
+            "no queue to drain: give -q QUEUE, or configure queues (see config.example.yaml)"
+        )
+    planned = []
+    for name in names:
+        queue = config.queue(name)
+        path = options.handler or queue.handler
+        try:
+            if not path:
+                where = config.source or "no config file"
+                raise ConfigError(
+                    f"queue {name!r} has no handler ({where}): set queues.{name}.handler "
+                    "in the config or pass --handler"
+                )
+            handlers.resolve(path)
+        except ConfigError as exc:  # seen in `mq status`, not only in one host's mail
+            record(config, open_backend, name, str(exc))
+            raise
+        planned.append((queue, str(path)))
+    return planned
 
 
 def record(config: Config, open_backend: Callable[[], Backend], queue: str, error: str) -> None:

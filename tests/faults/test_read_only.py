@@ -147,8 +147,11 @@ def test_a_server_that_stays_read_only_makes_the_drain_exit_3_within_5_s(server,
     print(f"\nFIGURES read-only for good {server.kind}: exit after {took:.2f} s, stderr={err!r}")
     assert drain.proc.returncode == 3, err
     assert took <= 5.0, err
-    assert err.strip().splitlines()[-2].startswith(f"mq: {READ_ONLY}"), err
-    assert "mq gc --stalled --requeue" in err.strip().splitlines()[-1], err
+    *_, before, last = err.strip().splitlines()
+    if "mq gc --stalled --requeue" in last:  # it held messages: they wait for gc
+        assert before.startswith(f"mq: {READ_ONLY}"), err
+    else:  # the refusal came between two batches: it held none, and says nothing of them
+        assert last.startswith(f"mq: {READ_ONLY}") and "held message" not in err, err
     assert "Traceback" not in err and PASSWORD not in err
     assert reconnect_lines(err) <= math.ceil(took) + 1, err
     # Back to a primary: what the drain held comes back through gc, nothing is lost.

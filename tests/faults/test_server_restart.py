@@ -1,6 +1,6 @@
 """The cron soak while the MariaDB or PostgreSQL server is stopped and started
-twice: drains either recover (reconnect and acknowledge) or exit 3 cleanly;
-nothing is lost.
+twice: drains either recover (reconnect and acknowledge, or wait for the
+server up to their end) or exit 3 cleanly; nothing is lost.
 
 The server stopped is a private one this test starts (tests/servers.py) and
 stops by its pid: never the shared server the rest of the suite uses."""
@@ -27,11 +27,12 @@ WORK = {"sleep": 0.3, "fail": 0.1}
 PER_QUEUE = 900
 # Seconds the server stays stopped: drains ride out the first outage (they
 # retry for ~15 s, up to ~20 s with their backoff); the second outlasts that,
-# so drains holding messages give up with exit 3 and leave them to gc.
+# so drains holding messages give up what they hold (left to gc), then wait for
+# the server up to their own end (exit 3 if it comes first).
 DOWN_FOR = (3.0, 25.0)
 # The long outage must find a drain holding a message: one of its own, whose
 # handler runs this long, seen running before the server is stopped. Its drain
-# cannot prove its session for liveness.FENCE (2 s) and stops it, then gives up.
+# cannot prove its session for liveness.FENCE (2 s) and stops it, then gives it up.
 HOLD = {"handler": "tests.faults.jobs:slow", "concurrency": 1}
 HOLD_SLEEP = 8.0
 # A drain alive while the server was down could not heartbeat: gc may requeue
@@ -113,7 +114,11 @@ def test_server_stopped_and_started_twice(private_server, tmp_path):
         if not server.running():
             server.start()
 
-    gave_up = [d for d in s.fleet.drains if d.proc.returncode == 3 and "gc --stalled" in d.stderr()]
+    # Left what they held to gc; then exit 3, or (a plain cron drain, which waits 30 s for
+    # the server) went on once it was back: exit 0.
+    gave_up = [
+        d for d in s.fleet.drains if d.proc.returncode in (0, 3) and "gc --stalled" in d.stderr()
+    ]
     assert holder is not None
     hit = [
         Disruption(d.pid, up + AFTER_OUTAGE, "server down")
@@ -136,7 +141,7 @@ def test_server_stopped_and_started_twice(private_server, tmp_path):
     assert codes[3] > 0, "some drains should have met the stopped server"
     assert holder in gave_up, (
         f"the drain holding a message in the long outage exited {holder.proc.returncode}, "
-        f"not 3 pointing at gc: {holder.stderr()[-600:]}"
+        f"without pointing at gc: {holder.stderr()[-600:]}"
     )
     kills = len(s.fleet.killed())
     assert analysis.duplicates <= (kills + codes[3] + len(hit)) * BATCH

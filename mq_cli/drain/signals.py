@@ -1,0 +1,64 @@
+"""SIGTERM and SIGINT that come while a drain starts (its config, its imports,
+its first connection), before it installs its own handlers: remembered rather
+than fatal, so the drain stops as the contract says a signal stops it (exit 0,
+nothing claimed), and a `--processes` parent that forwarded the signal does not
+find a child killed by it.
+
+A `--processes` parent starts each child with both signals blocked
+(:func:`blocked`): one that comes before the child's Python runs (between fork
+and exec it would go to the parent's handler, in a copy about to be replaced,
+and be lost) waits, pending, until the child's :func:`catch_early` unblocks it.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Early:
+    """A handler that remembers the first stop signal it got."""
+
+    def __init__(self) -> None:
+        self.got: signal.Signals | None = None
+        self.previous: dict[int, Any] = {}
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.got = self.got or signal.Signals(signum)
+
+    def restore(self) -> None:
+        """The handlers from before :func:`catch_early` (a process that goes on: tests)."""
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+def catch_early() -> Early:
+    """Install :class:`Early` for SIGTERM and SIGINT (the drain replaces it later)."""
+    early = Early()
+    early.previous = {sig: signal.signal(sig, early) for sig in STOP_SIGNALS}
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # one pending is delivered now
+    return early
+
+
+@contextmanager
+def blocked() -> Iterator[None]:
+    """SIGTERM and SIGINT held back meanwhile (and in a process started meanwhile,
+    which inherits the mask through exec); delivered at the end."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def caught(handlers: Iterable[Any]) -> signal.Signals | None:
+    """The signal an :class:`Early` among ``handlers`` (those a drain replaced) got."""
+    for handler in handlers:
+        if isinstance(handler, Early) and handler.got is not None:
+            return handler.got
+    return None
