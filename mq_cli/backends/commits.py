@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from mq_cli.backends.plumbing import Tx
-from mq_cli.core.errors import CommitUnknown, ConnectionLost, ReadOnly
+from mq_cli.core.errors import CommitUnknown, ConnectionLost, DatabaseError, ReadOnly
 
 T = TypeVar("T")
 Ids = list[int | None]
@@ -58,16 +58,20 @@ def store_once(
             if not stored:  # lost before the COMMIT went out: rolled back, store it again
                 reconnect()
                 continue
-            outcome = committed(proof[0], stored[0])
+            cause: DatabaseError = exc
+            try:
+                outcome = committed(proof[0], stored[0])
+            except DatabaseError as later:  # the database is away: it cannot say either
+                cause, outcome = later, None
             if outcome:
                 return stored[0]
             if outcome is None:
                 raise CommitUnknown(
-                    f"{exc}; the connection was lost at the COMMIT of {count} message(s) "
+                    f"{cause}; the connection was lost at the COMMIT of {count} message(s) "
                     "and mq cannot tell whether they were stored: look (`mq list`) before "
                     "enqueueing them again, or enqueue with a unique_key, which makes a "
                     "retry safe"
-                ) from exc
+                ) from cause
     raise ConnectionLost(
         f"lost the connection {TRIES} times before the enqueue's COMMIT: nothing was stored"
     )
