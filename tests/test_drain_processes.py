@@ -165,24 +165,38 @@ def test_cut_connections_mid_drain_lose_nothing(mysql_db, log, tmp_path):
     assert db.run("init").exit_code == 0
     settings = __import__("mq_cli.core.dburl", fromlist=["x"]).parse_database_url(db.url)
     proxy = Proxy((settings.host, settings.port))
+    messages = 20
     try:
         url = f"mysql://{settings.user or 'root'}@127.0.0.1:{proxy.port}/{settings.database}"
         (tmp_path / "mq.yaml").write_text(
             "queues:\n  jobs: {handler: 'tests.jobs:sleepy', batch_size: 4}\n"
         )
-        enqueue_many(db, "jobs", [json.dumps({"sleep": 0.3, "n": i}) for i in range(12)])
+        enqueue_many(db, "jobs", [json.dumps({"sleep": 0.3, "n": i}) for i in range(messages)])
         drain = db.spawn(
             "drain", "-q", "jobs", env=db.env(MQ_TEST_LOG=str(log), MQ_DATABASE_URL=url)
         )
+
+        def left() -> int:
+            return sum(status_counts(db).values())
+
+        # Each cut lands mid-drain, on a connection the drain has: not before its
+        # first connect (a drain that cannot connect at its start exits 3, and cron
+        # runs it again), and the next only after it reconnected (an acknowledgement
+        # landed since the last cut). Sleeps of 0.7 s once raced a loaded machine's
+        # slow interpreter start.
+        wait_for(lambda: status_counts(db).get("processing"), timeout=60)
         for _ in range(3):
-            time.sleep(0.7)
+            assert drain.poll() is None, drain.communicate()[1]
+            before = left()
+            assert before > 0, "the drain finished before all cuts landed"
             proxy.down()  # like a server restart: connections drop, new ones refused
             time.sleep(1.0)
             proxy.up()
+            wait_for(lambda b=before: left() < b, timeout=60)  # reconnected: it acknowledged
         out, err = drain.communicate(timeout=60)
         assert drain.returncode == 0, err
         assert proxy.cuts == 3
-        assert sorted({r["payload"]["n"] for r in ran(log)}) == list(range(12))
+        assert sorted({r["payload"]["n"] for r in ran(log)}) == list(range(messages))
         assert status_counts(db) == {}
     finally:
         proxy.close()
