@@ -111,14 +111,18 @@ def test_heartbeat_keeps_a_long_handler_from_looking_stalled(db, log, tmp_path):
     enqueue_many(db, "jobs", ['{"sleep": 3.5}'])
     drain = db.spawn("drain", "-q", "jobs", env=db.env(MQ_TEST_LOG=str(log)))
     wait_for(lambda: status_counts(db).get("processing"))
-    seen = []
+    claimed = time.monotonic()
+    seen, late = [], 0
     while drain.poll() is None:
         stats = json.loads(db.run("stats", "--json").stdout)["jobs"]
         seen.append(stats["stalled"])
+        late += time.monotonic() - claimed > 1.5
         time.sleep(0.2)
     drain.communicate()
     assert drain.returncode == 0
-    assert len(seen) >= 8 and set(seen) == {0}
+    # Never stalled, and looked at well past stalled_after (1 s) after the claim:
+    # a heartbeat kept it live. (How many looks fit in is the machine's business.)
+    assert set(seen) == {0} and late >= 1
     assert len(ran(log)) == 1
 
 
