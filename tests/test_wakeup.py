@@ -129,13 +129,15 @@ def test_an_enqueue_wakes_a_waiting_drain_before_its_next_poll(db, tmp_path, no_
         for n in range(3):
             assert sleeps.now.wait(HANG), "the drain never waited"
             producer = db.spawn("enqueue", "-q", "q", json.dumps({"n": n}), env=env)
+            assert producer.stdout is not None
+            producer.stdout.readline()  # its id, printed once committed
+            committed = time.time()
             producer.communicate(timeout=HANG)
-            committed = time.time()  # the enqueue process has exited: committed
             assert producer.returncode == 0
             latencies.append(_latency(log, n, committed))
 
     result = drain_beside(db, ["-q", "q", "--max-messages", "3"], env, produce)
-    print(f"\nFIGURES wake-up ({db.kind}): from the producer's exit to the start {_ms(latencies)}")
+    print(f"\nFIGURES wake-up ({db.kind}): enqueue to start {_ms(latencies)}")
     assert result.exit_code == 0, result.output
     assert [r["payload"]["n"] for r in _runs(log)] == [0, 1, 2]
     assert sleeps.woken >= 3  # each start followed a wake-up, none a poll
