@@ -8,8 +8,29 @@
 # processes and servers, not on the CPU; each test has its own database, table,
 # ports and lock dir), then the `serial` ones in three lanes; `tests/run.sh -n 0`
 # runs them in this process, one after another.
+#
+# Load as a dimension: `tests/run.sh --hog N [pytest args]` runs N busy loops
+# (`python3 -c 'while True: pass'`, at the default niceness, so they compete with
+# the suite as a browser, an IDE or another CI job would) for as long as pytest
+# runs, and kills them when it ends, on Ctrl-C too. The suite asserts behaviour,
+# not speed (speed is bench/'s), so `--hog 4` on 2 cores must stay green; what
+# fails only under hogs is fragile. `tests/run.sh --hog 4 tests/test_liveness.py`
+# hogs one module.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+hogs=0
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --hog) hogs=${2:?tests/run.sh: --hog needs a number of busy loops}; shift 2 ;;
+    --hog=*) hogs=${1#--hog=}; shift ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+case "$hogs" in
+  '' | *[!0-9]*) echo "tests/run.sh: --hog takes a whole number, not '$hogs'" >&2; exit 2 ;;
+esac
 
 python=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$python" -m venv .venv
@@ -23,8 +44,23 @@ bash tests/chromium.sh
 # PYTHONDONTWRITEBYTECODE set (as on CI) each would compile mq_cli again (+70 ms).
 .venv/bin/python -m compileall -q mq_cli tests
 workers=${MQ_TEST_WORKERS:-6}
-if [ $# -gt 0 ]; then
-  exec .venv/bin/python -m pytest -n "$workers" --dist worksteal "$@"
+hog_pids=()
+stop_hogs() {
+  [ ${#hog_pids[@]} -eq 0 ] || kill "${hog_pids[@]}" 2>/dev/null || true
+  hog_pids=()
+}
+trap stop_hogs EXIT
+trap 'stop_hogs; exit 130' INT
+trap 'stop_hogs; exit 143' TERM
+for _ in $(seq "$hogs"); do
+  "$python" -c 'while True: pass' &
+  hog_pids+=($!)
+done
+[ "$hogs" -eq 0 ] || echo "tests/run.sh: $hogs CPU hog(s) beside the run on $(nproc) core(s): ${hog_pids[*]}"
+if [ ${#args[@]} -gt 0 ]; then
+  status=0
+  .venv/bin/python -m pytest -n "$workers" --dist worksteal "${args[@]}" || status=$?
+  exit "$status"
 fi
 # Everything in parallel but the long scenarios marked `serial` (server restarts,
 # failovers, Galera, cut connections), which then run in three lanes of their own

@@ -8,6 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from mq_cli.drain import loop
+
+#: a bound that only a hang reaches (the seconds themselves are bench/'s business)
+HANG = 30.0
+
 
 @pytest.fixture
 def ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -124,16 +129,16 @@ def test_max_messages_leaves_the_rest_ready(db, ran):
 
 def test_max_seconds_returns_unstarted_messages_at_once(db, ran):
     enqueue(db, "jobs", *[json.dumps({"sleep": 0.4, "n": i}) for i in range(8)])
-    started = time.monotonic()
     result = db.run(
         "drain", "-q", "jobs", "--handler", "tests.jobs:sleepy", "--max-seconds", "1",
         "--batch-size", "8", "--json",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert time.monotonic() - started < 4
     report = json.loads(result.stdout)
     done = len(ran())
-    assert 1 <= done < 8
+    # Stopped at the deadline, not after the batch (8 x 0.4 s): some never started.
+    # (How many did is the machine's business: its handler child may start late.)
+    assert done < 8
     assert report["succeeded"] == done and report["returned"] == 8 - done
     # nothing is left processing (it would go stalled): all back to ready
     assert {r[1] for r in rows(db, "jobs")} == {"ready"}
@@ -147,25 +152,33 @@ def test_wait_polls_until_max_seconds(db, ran):
     )
     elapsed = time.monotonic() - started
     assert result.exit_code == 0
-    assert 1.4 <= elapsed < 4
+    assert 1.4 <= elapsed < HANG  # it waited, until --max-seconds
 
 
-def test_a_waiting_drain_retries_when_the_backoff_ends_not_at_its_next_poll(db, ran, tmp_path):
+def test_a_waiting_drain_retries_when_the_backoff_ends_not_at_its_next_poll(
+    db, ran, tmp_path, monkeypatch
+):
     # A waiting drain backs off to one poll a second when idle; a retry it
-    # recorded itself is due at a moment it knows, and starts then.
+    # recorded itself is due at a moment it knows, and starts then. Its polls are
+    # pushed past the test (the drain runs in this process): a retry that starts
+    # at all was started by its due time, not by a poll. How soon after it is due
+    # is the machine's business.
     # Backoff 0.8 s, then 1.6 s; a second message, failing once, adds a retry
-    # due between the two.
+    # due between the two. Five runs in all: --max-messages ends the drain.
+    monkeypatch.setattr(loop, "WAIT_POLL_MIN", 3600.0)
+    monkeypatch.setattr(loop, "WAIT_POLL_MAX", 3600.0)
     config(tmp_path, "defaults: {retry_delay: 0.8, max_errors: 5}\n")
     enqueue(db, "jobs", '{"fails": 2}', '{"fails": 1}')
     result = db.run(
         "drain", "-q", "jobs", "--handler", "tests.jobs:fail_first", "--wait",
-        "--max-seconds", "5", "--json",
+        "--max-seconds", str(HANG), "--max-messages", "5", "--json",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     runs = [r for r in ran() if r["payload"]["fails"] == 2]
     assert [r["error_count"] for r in runs] == [0, 1, 2]
-    assert 0.75 <= runs[1]["t"] - runs[0]["t"] < 1.05
-    assert 1.55 <= runs[2]["t"] - runs[1]["t"] < 1.85
+    assert runs[1]["t"] - runs[0]["t"] >= 0.75  # not before the backoff
+    assert runs[2]["t"] - runs[1]["t"] >= 1.55
+    assert runs[2]["t"] - runs[0]["t"] < HANG  # then, not at --max-seconds
     assert len(ran()) == 5
     assert rows(db, "jobs") == []
 
@@ -176,7 +189,7 @@ def test_timeout_of_a_hanging_python_handler(db, ran, tmp_path):
     started = time.monotonic()
     result = db.run("drain", "-q", "jobs", "--handler", "tests.jobs:sleepy", "--batch-size", "1")
     assert result.exit_code == 0
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < HANG  # the timeout, not the handler's 60 s
     assert [r["payload"] for r in ran()] == [{"sleep": 0}]  # the drain went on
     ((ident, status, errors, last_error, _),) = rows(db, "jobs")
     assert (ident, status, errors) == (hang, "ready", 1)
@@ -189,7 +202,7 @@ def test_timeout_of_a_hanging_exec_handler(db, tmp_path):
     started = time.monotonic()
     result = db.run("drain", "-q", "jobs", "--handler", "exec:sleep 60")
     assert result.exit_code == 0
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < HANG  # the timeout, not the handler's 60 s
     ((_, status, errors, last_error, _),) = rows(db, "jobs")
     assert (status, errors) == ("ready", 1) and "timed out" in last_error
 
@@ -346,10 +359,10 @@ def test_group_ack_does_not_hold_a_success_back_behind_a_slow_handler(db, ran, t
         "queues:\n  jobs: {handler: 'tests.jobs:sleepy', group_ack: true, batch_size: 2,"
         " ack_delay: 50ms}\n",
     )
-    fast, slow = enqueue(db, "jobs", '{"n": 1}', '{"n": 2, "sleep": 4}')
+    fast, slow = enqueue(db, "jobs", '{"n": 1}', '{"n": 2, "sleep": 6}')
     drain = db.spawn("drain", "-q", "jobs", env=db.env(MQ_TEST_LOG=str(tmp_path / "ran.jsonl")))
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + HANG
         while not ran() and time.monotonic() < deadline:
             time.sleep(0.02)
         done_at = time.monotonic()
@@ -357,11 +370,13 @@ def test_group_ack_does_not_hold_a_success_back_behind_a_slow_handler(db, ran, t
             time.sleep(0.02)
         waited = time.monotonic() - done_at
         assert [r[0] for r in rows(db, "jobs")] == [slow], "the fast message was not deleted"
-        assert drain.poll() is None, "the slow handler should still run"
+        # The order of events: the fast one's DELETE came while the slow handler ran
+        # (it logs at its end), not at the batch's end.
+        assert [r["payload"]["n"] for r in ran()] == [1], "the slow handler ended first"
     finally:
-        out, err = drain.communicate(timeout=30)
+        out, err = drain.communicate(timeout=HANG)
+    print(f"\nFIGURES group_ack ({db.kind}): the first success waited {waited:.2f} s")
     assert drain.returncode == 0, err
-    assert waited < 2.0, f"the first success waited {waited:.2f} s for its DELETE"
     assert rows(db, "jobs") == []
     assert fast != slow
 

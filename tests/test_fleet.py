@@ -57,13 +57,14 @@ def test_a_killed_drain_frees_its_fleet_slot_at_once(db, tmp_path):
     holder.send_signal(signal.SIGKILL)
     holder.communicate()
     killed = time.monotonic()
+    # Session locks and lock files die with their holder: no wait for a bound (a
+    # heartbeat-kept slot, Galera's, would free only after stalled_after: an hour
+    # here). 60 s only catches a slot that never frees.
     while True:
         report = finish([spawn_drain(db, second, history, "-q", "fl")])[0]
         if report["succeeded"]:
             break
-        assert time.monotonic() - killed < 3.0, "the slot stayed taken after kill -9"
-    # Session locks and lock files die with their holder: no wait for a bound.
-    assert time.monotonic() - killed < 3.0
+        assert time.monotonic() - killed < 60, "the slot stayed taken after kill -9"
     status = db.run("-c", str(first), "status", "--json")
     assert json.loads(status.stdout)["queues"]["fl"]["max_drains"] == {"limit": 1, "in_use": 0}
 

@@ -36,6 +36,9 @@ from mq_cli.runners.handlers import (
 CREATED = datetime(2024, 5, 6, 7, 8, 9, tzinfo=timezone.utc)
 INFO = MessageInfo(id=1, queue="q", error_count=0, created_at=CREATED)
 PY = shlex.quote(sys.executable)
+#: a bound only a hang reaches: far below what each test's handler would take if
+#: nothing stopped it (30 or 60 s), far above what a loaded machine adds
+HANG = 15.0
 
 
 def nothing() -> None:
@@ -221,8 +224,8 @@ def test_a_handler_that_forks_and_exits_is_a_death_not_a_timeout(
     runner = make("tests.handlers:forks_and_exits")
     pid_file = tmp_path / "forked"
     started = time.monotonic()
-    outcome = run(runner, {"file": str(pid_file), "sleep": 15}, timeout=timeout or None)
-    assert time.monotonic() - started < 10
+    outcome = run(runner, {"file": str(pid_file), "sleep": 60}, timeout=timeout or None)
+    assert time.monotonic() - started < HANG  # not when its child ends (60 s)
     assert not outcome.ok and not outcome.timed_out
     assert outcome.error == "handler process died: exit code 7"
     assert wait_dead(int(pid_file.read_text()))  # what it started died with it
@@ -299,7 +302,7 @@ def test_timeout_kills_the_worker_and_the_next_message_gets_a_fresh_one(make):
     first = runner.pid
     started = time.monotonic()
     outcome = run(runner, {"sleep": 30}, timeout=1)
-    assert time.monotonic() - started < 2.5
+    assert time.monotonic() - started < HANG  # the timeout, not the handler's 30 s
     assert outcome == Outcome(ok=False, error="timed out after 1s", timed_out=True)
     assert wait_dead(first)
     assert run(runner, {"sleep": 0}, timeout=5).ok
@@ -328,9 +331,11 @@ def test_tick_is_called_while_a_slow_handler_runs(make):
         every=0.1,
     )
     assert outcome.ok
-    assert len(ticks) >= 6
+    # Ticks come while it runs, not once at its end: no gap as long as the handler.
+    # (Their regularity is the machine's: ten or so a second when it is quiet.)
+    assert len(ticks) >= 2
     gaps = [b - a for a, b in pairwise([started, *ticks])]
-    assert max(gaps) < 0.4  # generous: a loaded CI machine
+    assert max(gaps) < 1.0, gaps
 
 
 def test_an_exception_from_tick_propagates_and_leaves_the_runner_usable(make):
@@ -391,7 +396,7 @@ def test_kill_stops_the_running_handler(make):
     started = time.monotonic()
     outcome = run(runner, {"sleep": 30}, tick=runner.kill, every=0.1)
     assert outcome == Outcome(ok=False, error="killed: the drain was stopped")
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < HANG  # killed, not waited for (30 s)
     assert run(runner, {"sleep": 0}).ok
 
 
@@ -592,7 +597,7 @@ def test_exec_timeout_kills_the_process_group(make, tmp_path):
     runner = make(f"exec:sh -c {shlex.quote(script)}")
     started = time.monotonic()
     outcome = run(runner, b"", timeout=1)
-    assert time.monotonic() - started < 2.5
+    assert time.monotonic() - started < HANG  # the timeout, not the sleep's 60 s
     assert outcome == Outcome(ok=False, error="timed out after 1s: waiting", timed_out=True)
     assert wait_dead(int(pidfile.read_text()))
 

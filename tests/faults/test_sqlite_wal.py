@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 import sqlite3
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 import mq_cli
 from mq_cli.core.errors import DatabaseError
+from tests.faults.harness import wait_for
 
 
 def delete_wal(path: Path) -> None:
@@ -77,9 +77,20 @@ def test_a_producer_stops_with_exit_3_and_every_printed_id_is_stored(sqlite_db):
 def test_a_drain_stops_with_exit_3_when_the_wal_goes(sqlite_db, tmp_path):
     path = tmp_path / "mq.db"
     assert sqlite_db.run("init").exit_code == 0
-    assert sqlite_db.run("enqueue", "-q", "q", *['{"sleep": 0.3}'] * 5).exit_code == 0
+    assert sqlite_db.run("enqueue", "-q", "q", *['{"sleep": 0.3}'] * 10).exit_code == 0
     drain = sqlite_db.spawn("drain", "-q", "q", "--handler", "tests.handlers:sleeps")
-    time.sleep(1.0)  # a message or two done, one running
+    # The files exist only while a connection is open (the enqueue's last close removed
+    # them): wait until the drain has them open and has acknowledged a message, with
+    # more to write after the unlink. A fixed 1 s sleep raced the drain's start on a
+    # loaded machine (FileNotFoundError: the drain had not opened the database yet).
+    wait_for(
+        lambda: (
+            all(os.path.exists(f"{path}{suffix}") for suffix in ("-wal", "-shm"))
+            and len(stored_ids(path)) < 10
+        ),
+        timeout=60,
+        every=0.02,
+    )
     delete_wal(path)
     out, err = drain.communicate(timeout=60)
     assert drain.returncode == 3, err
