@@ -20,6 +20,7 @@ from tests.faults.scenario import Scenario
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 SECONDS = 25
+HANG = 300
 BATCH_LINES = 100
 WORK = {"sleep": 0.01, "fail": 0.05}
 
@@ -69,7 +70,14 @@ def test_four_drains_two_enqueuers_on_one_sqlite_file(tmp_path):
         for p in producers:
             p.start()
         cron.start()
-        time.sleep(SECONDS)
+        # At least SECONDS, and until 1,000 messages went in while drains ran: a
+        # loaded machine takes longer to get there, which is no fault (only a hang
+        # fails: HANG seconds).
+        started = time.monotonic()
+        while time.monotonic() - started < HANG and (
+            time.monotonic() - started < SECONDS or len(s.enqueued) < 1000
+        ):
+            time.sleep(0.5)
         stop.set()
         for p in producers:
             p.join(150)
