@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from pathlib import Path
 
 from tests.conftest import Db
@@ -87,7 +86,12 @@ def test_a_killed_drains_message_is_stalled_in_every_view_and_reading_changes_no
     wait_for(lambda: log.exists() and "start" in log.read_text(), timeout=60)
     drain.send_signal(signal.SIGKILL)
     drain.communicate()
-    time.sleep(0.2)  # the kernel frees its locks as it tears the process down
+
+    def stalled() -> bool:  # once the kernel has freed the dead drain's lock
+        listed = db.run("-c", str(config), "list", "-q", "q", "--json").stdout
+        return json.loads(listed)[0]["state"] == "stalled"
+
+    wait_for(stalled, timeout=60)
     _agree(_views(db, config, ident), "stalled")
     before = _rows(db)
     for args in READ_ONLY:
