@@ -39,9 +39,16 @@ class _Log:
                 if self.verbose
                 else logging.WARNING
             )
-            logging.basicConfig(
-                level=level, format="mq: %(message)s", stream=sys.stderr, force=True
-            )
+            from mq_cli.core import terminal
+
+            class Handler(logging.StreamHandler):  # type: ignore[type-arg]
+                def emit(self, record: logging.LogRecord) -> None:
+                    terminal.clear()  # a drain's status line: the log line starts on its own
+                    super().emit(record)
+
+            handler = Handler(sys.stderr)
+            handler.setFormatter(logging.Formatter("mq: %(message)s"))
+            logging.basicConfig(level=level, handlers=[handler], force=True)
             self._logger = logging.getLogger("mq")
         return self._logger
 
@@ -187,8 +194,9 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 )  # fmt: skip
 @click.option(
     "-d", "--database", envvar="MQ_DATABASE_URL", metavar="URL",
-    help="Database URL (env MQ_DATABASE_URL), overriding the config's: mysql://user:pw@host/db "
-    "or sqlite:////abs/path.db",
+    help="Database URL (env MQ_DATABASE_URL), overriding the config's: "
+    "sqlite:////abs/path.db, mysql://user@host/db or postgresql://user@host/db "
+    "(a password in the URL shows in `ps`: prefer the config's password_env)",
 )  # fmt: skip
 @click.option(
     "-v", "--verbose", count=True, help="Log more (repeat for debug); tracebacks on errors."
