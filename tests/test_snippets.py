@@ -2,7 +2,8 @@
 
 A fenced block runs when the line right before its fence is ``<!-- run -->``
 (docs/contributing.md says so). A ``sh`` block runs under ``bash -euo pipefail``,
-a ``python`` block under this venv's python, each in a fresh copy of the
+a ``python`` block under this venv's python, a ``yaml`` block is a config that
+`mq init --print-sql` must load (its keys, types and values), each in a fresh copy of the
 repository (the files git knows, as a fresh clone has them) with ``.venv``
 linked to this venv and first on ``PATH``, and ``HOME`` and the XDG directories
 inside the copy: mq's default SQLite database is new for every block, and no
@@ -28,7 +29,7 @@ VENV = Path(sys.prefix)
 MARKER = "<!-- run -->"
 BLOCK = re.compile(r"^" + re.escape(MARKER) + r"\n```(\w+)\n(.*?)\n```$", re.M | re.S)
 #: fewer than this many runnable blocks means a marker went missing or was misspelt
-AT_LEAST = 11
+AT_LEAST = 13
 
 
 def pages() -> list[Path]:
@@ -58,7 +59,7 @@ def test_every_marker_marks_a_block_that_runs():
         near = re.findall(r"^[ \t]*<!--[ \t]*run\b.*$", text, re.M)  # a marker is a line of its own
         assert all(m == MARKER for m in near), (page, near)
         assert len(near) == len(BLOCK.findall(text)), f"{page}: a marker not right before a fence"
-    assert {language for _, language, _ in BLOCKS} <= {"sh", "python"}
+    assert {language for _, language, _ in BLOCKS} <= {"sh", "python", "yaml"}
     readme = [where for where, _, _ in BLOCKS if where.startswith("README.md")]
     assert readme, "the README's tour is marked"
 
@@ -107,6 +108,9 @@ def fresh_checkout(template: Path, tmp_path: Path) -> tuple[Path, dict[str, str]
 
 def run_block(language: str, code: str, template: Path, tmp_path: Path):
     work, env = fresh_checkout(template, tmp_path)
+    if language == "yaml":  # a config: it must load as written
+        (work / "mq.yaml").write_text(code)
+        language, code = "sh", "mq init --print-sql > /dev/null"
     command = (
         ["bash", "-euo", "pipefail", "-c", code]
         if language == "sh"
