@@ -88,8 +88,38 @@ class State:
             self._mq.close()
 
 
+#: `mq --help`'s sections, as the docs group the commands; every command is in
+#: exactly one (tests/test_docs.py), a name not registered (yet) is skipped
+COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Produce", ("enqueue",)),
+    ("Drain", ("drain",)),
+    ("Observe", ("stats", "status", "list", "show", "web")),
+    ("Repair", ("gc", "retry", "delete", "purge", "pause", "resume")),
+    ("Set up", ("init", "check")),
+)
+
+
 class MqGroup(click.Group):
-    """Turns every error into one or two `mq:` lines on stderr and the documented exit code."""
+    """Turns every error into one or two `mq:` lines on stderr and the documented exit code,
+    and lists the commands in `COMMAND_GROUPS`' sections."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        commands = {name: self.commands[name] for name in self.list_commands(ctx)}
+        shown = {name for name, command in commands.items() if not command.hidden}
+        width = max(map(len, shown), default=0)  # one column for every section
+        limit = formatter.width - 6 - width
+        sections = [(title, [n for n in names if n in shown]) for title, names in COMMAND_GROUPS]
+        placed = {name for _, names in sections for name in names}
+        sections.append(("Other", sorted(shown - placed)))  # a command no section names yet
+        for title, names in sections:
+            if names:
+                with formatter.section(title):
+                    formatter.write_dl(
+                        [
+                            (n.ljust(width), commands[n].get_short_help_str(limit=limit))
+                            for n in names
+                        ]
+                    )
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         # click's standalone mode would print its own "Usage: ... Error: ..." block.

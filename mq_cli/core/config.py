@@ -20,9 +20,7 @@ from mq_cli.core import dburl
 from mq_cli.core.dburl import DatabaseSettings, parse_database_url
 from mq_cli.core.durations import parse_duration
 from mq_cli.core.errors import ConfigError
-from mq_cli.core.keys import (
-    QUEUE_KEYS,
-)
+from mq_cli.core.keys import DATABASE_KEY_TABLE, QUEUE_KEYS, TOP_KEY_TABLE
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 # 57, not 64: MySQL caps identifiers at 64 and mq names the index `<table>_unique`.
@@ -60,11 +58,8 @@ class QueueConfig:
         return float(min(self.retry_delay * (2**exponent), self.retry_delay_max))
 
 
-TOP_KEYS = ("database", "table", "lock_dir", "run_log_retention", "defaults", "queues")
-DATABASE_KEYS = (
-    "url", "kind", "host", "port", "user", "database", "unix_socket",
-    "password", "password_file", "password_env", "ssl", "sslmode", "connect_timeout", "pooler",
-)  # fmt: skip
+TOP_KEYS = tuple(key.name for key in TOP_KEY_TABLE)
+DATABASE_KEYS = tuple(key.name for key in DATABASE_KEY_TABLE)
 
 
 def database_kinds() -> dict[str, str]:
