@@ -243,7 +243,7 @@ def cli(ctx: click.Context, config: str | None, database: str | None, verbose: i
 
     \b
     Producers:  echo '{"id": 1}' | mq enqueue -q thumbnails
-    Cron:       * * * * *  /opt/mq/bin/mq drain -q thumbnails --max-seconds 55
+    Cron:       * * * * *  /opt/mq/bin/mq drain -q thumbnails --max-seconds 60
     Operators:  mq stats; mq gc --stalled; mq gc --errors
 
     Exit codes: 0 done; 1 a check found something or input was rejected;
