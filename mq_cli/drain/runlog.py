@@ -52,7 +52,7 @@ def denied_text(privilege: str, tables: Sequence[str]) -> str:
     """What every command says when this user may not use the run log's tables."""
     return (
         f"run log: no {privilege} on {' and '.join(tables)} for this database user; "
-        "grant it (README: Least privilege)"
+        "grant it (docs/databases/privileges.md)"
     )
 
 
