@@ -136,6 +136,18 @@ class Listing:
     #: processing messages of live drains: id -> ("running", seconds) or ("waiting", None)
     activity: dict[int, tuple[str, float | None]] = field(default_factory=dict)
 
+    def to_json(self) -> list[dict[str, object]]:
+        """`mq list --json`: each message's fields with its state and activity."""
+        return [listed_json(m, self.states[m.id], self.activity.get(m.id)) for m in self.messages]
+
+
+def listed_json(
+    message: Message, state: str, activity: tuple[str, float | None] | None
+) -> dict[str, object]:
+    """One message as `mq list --json` prints it."""
+    doing, seconds = activity or (None, None)
+    return {**message.to_json(), "state": state, "activity": doing, "running_seconds": seconds}
+
 
 @dataclass
 class ByIdResult:
