@@ -9,6 +9,8 @@ is typed to confirm it.
 
 from __future__ import annotations
 
+from typing import Any
+
 from flask import Blueprint, flash, jsonify, redirect, request, url_for
 from werkzeug.wrappers import Response
 
@@ -39,7 +41,7 @@ def _ids() -> list[int]:
 def _back(queue: str) -> Response:
     """The queue page, with the filter the action came from."""
     chosen = current_filter()
-    args: dict[str, object] = {
+    args: dict[str, Any] = {
         "state": chosen.state,
         "error": chosen.error,
         "key": chosen.unique_key,
