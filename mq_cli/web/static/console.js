@@ -64,7 +64,7 @@ function chunked(form) {
       data.set("after", after);
       let response;
       try {
-        response = await fetch(form.action, {
+        response = await fetch(form.getAttribute("action"), {  // form.action: the button named "action"
           method: "POST", body: data, credentials: "same-origin",
           headers: { Accept: "application/json", "X-CSRFToken": data.get("csrf_token") },
         });
