@@ -18,7 +18,7 @@ from mq_cli.core.models import STATE_STATUS, STATES, Message, message_state
 from mq_cli.ops.operate import activities
 
 #: rows looked at for one page at most, whatever the filter
-SCAN = 20_000
+SCAN = 5_000
 
 
 @dataclass(frozen=True)
