@@ -45,7 +45,9 @@ def test_the_done_when_list(db, tmp_path, console):
     form = {"scope": "matching", "action": "retry", "state": "failed"}
     assert operator.post("/queues/mail/messages", form).status == 403  # no token
     viewer = console.client(VIEWER)
-    assert viewer.post("/queues/mail/messages", {**form, "csrf_token": viewer.token()}).status == 403
+    assert (
+        viewer.post("/queues/mail/messages", {**form, "csrf_token": viewer.token()}).status == 403
+    )
     assert json.loads(db.run("stats", "--json").output)["mail"]["failed"] == 5
 
     done = operator.post("/queues/mail/messages", {**form, "csrf_token": operator.token()})
@@ -142,11 +144,9 @@ def test_pause_resume_requeue_and_purge_with_its_typed_confirmation(db, tmp_path
 def test_a_processing_message_is_refused_unless_forced(db, tmp_path, console):
     assert db.run("enqueue", "-q", "thumbs", "1").exit_code == 0
     ident = json.loads(db.run("list", "-q", "thumbs", "--json").output)[0]["id"]
-    db.sql(
-        f"UPDATE mq_messages SET status = 'processing', owner = 'elsewhere', "
-        f"heartbeat_at = {db.now_sql()} WHERE id = %s",
-        (ident,),
-    )
+    now = db.now_sql()  # this database's clock, as SQL: a live claim of another drain
+    claim = "UPDATE mq_messages SET status = 'processing', owner = 'elsewhere', heartbeat_at = "
+    db.sql(claim + now + " WHERE id = %s", (ident,))
     operator = console.client()
     token = operator.token("/queues/mail")
     form = {"csrf_token": token, "scope": "selected", "action": "delete", "ids": [str(ident)]}
@@ -231,3 +231,68 @@ def test_mounted_the_host_supplies_its_own_authentication(sqlite_db, tmp_path):
     page = client.get("/mq/", headers={"X-Host-User": "hana"})
     assert page.status_code == 200 and b"hana (viewer)" in page.data
     assert b'href="/mq/queues/mail"' in page.data  # links stay under the mount point
+
+
+# -- the docs' mount examples (docs/console.md) ----------------------------------------
+
+
+def _snippets() -> list[str]:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "console.md").read_text()
+    return re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+
+
+@pytest.mark.parametrize("framework", ["flask", "django", "fastapi", "hook"])
+def test_the_docs_mount_examples_run(sqlite_db, tmp_path, framework):
+    """Each example of docs/console.md, with the test's config (Django and FastAPI come
+    with the test extra, not with mq)."""
+    snippet = {
+        "flask": lambda s: "Flask(__name__)" in s,
+        "django": lambda s: "get_wsgi_application" in s,
+        "fastapi": lambda s: "FastAPI()" in s,
+        "hook": lambda s: "def from_host" in s,
+    }[framework]
+    (code,) = [s for s in _snippets() if snippet(s)]
+    if framework in ("django", "fastapi"):
+        pytest.importorskip(framework)
+    assert sqlite_db.run("init").exit_code == 0
+    config = write_config(tmp_path, f"database: {sqlite_db.url}\n")
+    if framework == "django":
+        from django.conf import settings
+
+        if not settings.configured:  # what the example's mysite.settings would hold
+            settings.configure(ROOT_URLCONF=__name__, ALLOWED_HOSTS=["*"], SECRET_KEY="t" * 50)
+    namespace: dict = {"__name__": "host_app"}
+    exec(compile(code.replace("/etc/mq/config.yaml", str(config)), "console.md", "exec"), namespace)
+    if framework == "flask":
+        client = namespace["app"].test_client()
+        assert client.get("/mq/api/stats").status_code == 401
+        answer = client.get("/mq/api/stats", headers={"Authorization": basic(OPERATOR)})
+        assert answer.status_code == 200 and "mail" in answer.get_json()
+    elif framework == "django":
+        from werkzeug.test import Client
+
+        client = Client(namespace["application"])
+        answer = client.get("/mq/api/stats", headers={"Authorization": basic(OPERATOR)})
+        assert answer.status_code == 200 and "mail" in answer.get_json()
+    elif framework == "fastapi":
+        import asyncio
+
+        import httpx
+
+        async def ask(headers: dict) -> httpx.Response:
+            transport = httpx.ASGITransport(app=namespace["app"])
+            async with httpx.AsyncClient(transport=transport, base_url="http://host") as client:
+                return await client.get("/mq/api/stats", headers=headers)
+
+        assert asyncio.run(ask({})).status_code == 401
+        answer = asyncio.run(ask({"Authorization": basic(OPERATOR)}))
+        assert answer.status_code == 200 and "mail" in answer.json()
+    elif framework == "hook":
+        client = namespace["console"].test_client()
+        assert client.get("/", environ_base={"REMOTE_USER": "carol"}).status_code == 200
+        assert client.get("/api/stats").status_code == 401
+
+
+urlpatterns: list = []  # the Django example's ROOT_URLCONF: the console is mounted beside it

@@ -16,7 +16,7 @@ from werkzeug.wrappers import Response
 
 from mq_cli.core.errors import ConfigError
 from mq_cli.web import bulk
-from mq_cli.web.app import console, mq, require_operator, wants_json
+from mq_cli.web.context import console, mq, require_operator, wants_json
 from mq_cli.web.pages import current_filter, cursor
 
 blueprint = Blueprint("actions", __name__)

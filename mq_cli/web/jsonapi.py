@@ -20,7 +20,7 @@ from werkzeug.wrappers import Response
 from mq_cli.core.errors import ConfigError
 from mq_cli.ops.browse import Filter
 from mq_cli.web import bulk
-from mq_cli.web.app import console, mq, require_operator
+from mq_cli.web.context import console, mq, require_operator
 
 blueprint = Blueprint("api", __name__)
 LIST_LIMIT = 100

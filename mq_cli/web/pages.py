@@ -21,7 +21,7 @@ from mq_cli.ops.browse import Filter
 from mq_cli.ops.status import iso as iso_seconds
 from mq_cli.ops.status import seconds_text
 from mq_cli.web import charts
-from mq_cli.web.app import console, mq
+from mq_cli.web.context import console, mq
 
 blueprint = Blueprint("pages", __name__)
 #: messages per queue page
@@ -74,11 +74,12 @@ def cursor(name: str = "after") -> int:
 
 @blueprint.get("/queues/<queue>")
 def queue(queue: str) -> str:
-    mq().require_known(queue)
+    stats = mq().stats(queue)[queue]
+    # counted once: require_known would count an unconfigured queue again
+    mq().require_known(queue, traces=stats.paused or stats != type(stats)())
     chosen = current_filter()
     after = cursor()
     page = mq().browse(queue, chosen, after, PAGE_SIZE)
-    stats = mq().stats(queue)[queue]
     rows = [
         {
             "m": m, "state": page.states[m.id], "activity": page.activity.get(m.id),
