@@ -27,6 +27,7 @@ from mq_cli.drain import slots, wakeup
 
 if TYPE_CHECKING:  # imported where used: a producer's start does not pay for the drain's
     from mq_cli.drain.report import DrainOptions, DrainReport
+    from mq_cli.ops.browse import Filter, Page
     from mq_cli.ops.status import Status, Throughput
 
 # A batch is committed when it holds this many messages or this many bytes.
@@ -283,6 +284,18 @@ class MQ:
         if unreadable is not None:
             raise unreadable
         return reader.rollup_totals(), hour_by_queue(reader, reader.now().timestamp())
+
+    def history(self, now: float) -> tuple[dict[str, Any], float, float, float]:
+        """What the status page's plots draw (ops/page.history), read only."""
+        from mq_cli.ops import page
+
+        return page.history(self, self._reader, now)
+
+    def browse(self, queue: str, chosen: Filter, after: int = 0, limit: int = 50) -> Page:
+        """A page of a queue's messages matching ``chosen`` after id ``after`` (the console)."""
+        from mq_cli.ops import browse
+
+        return browse.browse(self.config, self._reader, queue, chosen, after, limit)
 
     def pause(self, queue: str) -> bool:
         """Drains on every host skip ``queue`` until :meth:`resume`; enqueue still works.

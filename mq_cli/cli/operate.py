@@ -205,7 +205,7 @@ def list_(state: State, queue: str | None, status: str | None, limit: int, as_js
         state.mq.require_known(queue)
     listing = state.mq.list_messages(queue, status, limit)
     if as_json:
-        click.echo(json.dumps([item.to_json() for item in listing]))
+        click.echo(json.dumps(listing.to_json()))
     elif listing.messages:
         click.echo(render.list_table(listing))
     else:

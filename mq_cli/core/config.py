@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +79,10 @@ class Config:
     queues: dict[str, QueueConfig] = field(default_factory=dict)
     source: str | None = None  # the file it came from, if any
     warnings: tuple[str, ...] = ()
+    #: the `web:` section as written, for the console (mq_cli/web/settings.py parses it)
+    web: Any = None
+    #: where a key path is in the file ("mq.yaml, line 7: web.users"), for its errors
+    where: Callable[[tuple[str, ...]], str] | None = field(default=None, compare=False, repr=False)
 
     def queue(self, name: str) -> QueueConfig:
         """The configured queue, or the defaults for a queue the config does not name."""
@@ -427,6 +432,8 @@ def load_config(config_path: str | None = None, database_url: str | None = None)
         queues=queues,
         source=source,
         warnings=_world_readable_warning(source, data) if source else (),
+        web=data.get("web"),
+        where=doc.where,
     )
 
 

@@ -290,6 +290,14 @@ TOP_KEY_TABLE: tuple[Key, ...] = (
         "queue name (1–64 of `A-Z a-z 0-9 _ . -`) → its settings (the queue keys below)",
         default="",
     ),
+    Key(
+        "web",
+        "mapping",
+        "the console's (`mq web`) `users` (name → `password_hash`, `role`: `viewer` or "
+        "`operator`), `secret_key` or `secret_key_file`, and `audit_log`; read and checked "
+        "by `mq web` (see [Console](../console.md))",
+        default="none: `mq web` serves loopback only",
+    ),
 )
 
 _POSTGRES = "../databases/postgresql.md"

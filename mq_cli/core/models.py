@@ -173,6 +173,18 @@ class Listing:
     def __len__(self) -> int:
         return len(self.messages)
 
+    def to_json(self) -> list[dict[str, object]]:
+        """`mq list --json`: each message's fields with its state and activity."""
+        return [item.to_json() for item in self]
+
+
+def listed_json(
+    message: Message, state: str, activity: tuple[str, float | None] | None
+) -> dict[str, object]:
+    """One message as `mq list --json` prints it."""
+    doing, seconds = activity or (None, None)
+    return ListedMessage(message, state, doing, seconds).to_json()
+
 
 @dataclass
 class ByIdResult:

@@ -1,0 +1,110 @@
+"""A queue's messages a page at a time, for the console: by state, error text and unique key.
+
+Pages are keyset pages (``id > after``, by id, on the queue's index), so page 5,000
+of a million-row table costs what page 1 does. The text filters run on the rows
+the index returns, with a budget of rows looked at per page (:data:`SCAN`): a
+filter that matches nothing in a million rows answers "none up to id N, go on"
+in bounded time instead of reading the whole table in one request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mq_cli.backends.base import OPERATE_BATCH, Backend
+from mq_cli.core.config import Config, validate_queue_name
+from mq_cli.core.errors import ConfigError
+from mq_cli.core.models import STATE_STATUS, STATES, Message, message_state
+from mq_cli.ops.operate import activities
+
+#: rows looked at for one page at most, whatever the filter
+SCAN = 5_000
+
+
+@dataclass(frozen=True)
+class Filter:
+    """Which messages: a state (one of STATES), text within last_error, a unique key."""
+
+    state: str | None = None
+    error: str | None = None  # a substring of last_error, case-insensitive
+    unique_key: str | None = None  # the exact key
+
+    def __post_init__(self) -> None:
+        if self.state is not None and self.state not in STATES:
+            raise ConfigError(f"state must be one of {', '.join(STATES)}, not {self.state!r}")
+
+    def matches(self, message: Message, state: str) -> bool:
+        if self.state is not None and state != self.state:
+            return False
+        if self.unique_key is not None and message.unique_key != self.unique_key:
+            return False
+        if self.error is not None:
+            return self.error.lower() in (message.last_error or "").lower()
+        return True
+
+
+@dataclass
+class Page:
+    messages: list[Message]
+    states: dict[int, str]
+    activity: dict[int, tuple[str, float | None]] = field(default_factory=dict)
+    #: where the next page starts (the last id looked at); None: nothing after it
+    next_after: int | None = None
+    scanned: int = 0  # rows looked at
+
+
+def browse(
+    config: Config,
+    backend: Backend,
+    queue: str,
+    chosen: Filter,
+    after: int = 0,
+    limit: int = 50,
+    scan: int = SCAN,
+) -> Page:
+    """Up to ``limit`` messages of ``queue`` matching ``chosen`` with id > ``after``."""
+    validate_queue_name(queue)
+    if limit < 1:
+        raise ConfigError("the limit must be at least 1")
+    status = STATE_STATUS.get(chosen.state or "", chosen.state)
+    stalled_after = config.queue(queue).stalled_after
+    now = backend.now()
+    found: list[Message] = []
+    states: dict[int, str] = {}
+    scanned = 0
+    cursor = after
+    exhausted = False
+    while len(found) < limit and scanned < scan:
+        size = min(OPERATE_BATCH, max(limit - len(found), 1) if _exact(chosen) else OPERATE_BATCH)
+        rows = backend.list_messages(queue, status, cursor, size)
+        if not rows:
+            exhausted = True
+            break
+        dead = backend.dead_owners([m.owner for m in rows if m.status == "processing"])
+        for m in rows:
+            scanned += 1
+            cursor = m.id
+            state = message_state(
+                m.status, m.available_at, m.heartbeat_at, m.owner in dead, now, stalled_after
+            )
+            if chosen.matches(m, state):
+                found.append(m)
+                states[m.id] = state
+                if len(found) >= limit:
+                    break
+        if len(rows) < size and len(found) < limit:
+            exhausted = True
+            break
+    if exhausted:
+        next_after = None
+    elif len(found) >= limit:
+        next_after = found[-1].id
+    else:
+        next_after = cursor
+    live = [m for m in found if states[m.id] == "processing"]
+    return Page(found, states, activities(backend, live, now), next_after, scanned)
+
+
+def _exact(chosen: Filter) -> bool:
+    """Whether every row the index returns matches (so a page needs no more rows than it shows)."""
+    return chosen.state in (None, "failed") and not chosen.error and not chosen.unique_key
