@@ -113,16 +113,9 @@ class Drain(DrainAcks):
                     self.report.paused.append(queue.name)
                     continue
                 concurrency = self.options.concurrency or queue.concurrency
-                ends_at = None
-                if self.deadline is not None:
-                    ends_at = time.time() + self.deadline - time.monotonic()
-                slot = slots.acquire(slot_dir, queue.name, concurrency, ends_at)
-                if slot is None:  # one may end now: cron's next run of the line
-                    slot = slots.take_over(
-                        slot_dir, queue.name, concurrency, ends_at, self._should_stop
-                    )
-                    if slot is not None:
-                        log.info("queue %s: took over a slot from a drain that ended", queue.name)
+                slot = slots.take(
+                    slot_dir, queue.name, concurrency, self.deadline, self._should_stop
+                )
                 if slot is None or not self.fleet.take(queue):  # the host's, then the fleet's
                     if slot is None:
                         log.info(
@@ -194,20 +187,7 @@ class Drain(DrainAcks):
         self.signals += 1
         name = signal.Signals(signum).name
         if self.signals == 1:
-            if not self.in_hand:
-                # Waiting, claiming, starting: nothing to finish. Stopping as asked is
-                # no news for cron's mail (`timeout` under cron sends this every run).
-                log.info("got %s: stopping; no handler was running", name)
-            else:
-                running = self.report.activity.running
-                log.warning(
-                    "got %s: %s, then returning this drain's unstarted messages to ready "
-                    "(a second signal stops the handler at once)",
-                    name,
-                    f"letting message {running}'s handler finish"
-                    if running is not None
-                    else "letting the running handler finish",
-                )
+            signals.say_stopping(name, self.in_hand, self.report.activity.running)
             if self.runner is not None:
                 self.runner.stop()
         elif self.runner is not None:

@@ -12,6 +12,7 @@ and be lost) waits, pending, until the child's :func:`catch_early` unblocks it.
 
 from __future__ import annotations
 
+import logging
 import signal
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -19,6 +20,23 @@ from types import FrameType
 from typing import Any
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+log = logging.getLogger("mq")
+
+
+def say_stopping(name: str, handler_running: bool, message: int | None) -> None:
+    """What a drain's first stop signal does, said truly."""
+    if not handler_running:
+        # Waiting, claiming, starting: nothing to finish. Stopping as asked is
+        # no news for cron's mail (`timeout` under cron sends this every run).
+        log.info("got %s: stopping; no handler was running", name)
+        return
+    which = f"message {message}'s handler" if message is not None else "the running handler"
+    log.warning(
+        "got %s: letting %s finish, then returning this drain's unstarted messages to "
+        "ready (a second signal stops the handler at once)",
+        name, which,
+    )  # fmt: skip
 
 
 class Early:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 import re
 import stat
@@ -34,6 +35,8 @@ from mq_cli.core.identity import database_id
 
 if TYPE_CHECKING:
     from mq_cli.core.config import Config
+
+log = logging.getLogger("mq")
 
 _QUEUE = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
 
@@ -285,3 +288,17 @@ def take_over(
         if slot is not None:
             return slot
     return None
+
+
+def take(
+    lock_dir: str, queue: str, concurrency: int, deadline: float | None, stop: Callable[[], bool]
+) -> Slot | None:
+    """A drain's slot: a free one, or one whose holder ends now (:func:`take_over`);
+    ``deadline``: the drain's end on the monotonic clock, written into the slot."""
+    ends_at = None if deadline is None else time.time() + deadline - time.monotonic()
+    slot = acquire(lock_dir, queue, concurrency, ends_at)
+    if slot is None:  # one may end now: cron's next run of the line
+        slot = take_over(lock_dir, queue, concurrency, ends_at, stop)
+        if slot is not None:
+            log.info("queue %s: took over a slot from a drain that ended", queue)
+    return slot
