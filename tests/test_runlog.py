@@ -184,16 +184,22 @@ def test_a_waiting_drain_shows_as_live_and_writes_slices_as_it_goes(sqlite_db):
     db = sqlite_db
     assert db.run("init").exit_code == 0
     enqueue(db, "w", json.dumps({"sleep": 0}))
-    proc = db.spawn("drain", "-q", "w", "--handler", HANDLER, "--wait", "--max-seconds", "30")
+    proc = db.spawn("drain", "-q", "w", "--handler", HANDLER, "--wait", "--max-seconds", "600")
     try:
-        time.sleep(24)
+        # The first slice comes SLICE_SECONDS into the run (however slowly a loaded
+        # machine started it): wait for it, then check the run is still going.
+        deadline = time.monotonic() + 600
+        while not slices(db):
+            assert time.monotonic() < deadline and proc.poll() is None, "no slice written"
+            time.sleep(0.5)
         live = db.sql("SELECT ended_at, succeeded FROM mq_messages_runs")
         assert live == [(None, 1)]
         assert [s[1] for s in slices(db)] == [1]  # written at the first slice
         status = db.run("status", "--json")
         assert json.loads(status.stdout)["drains"][0]["pid"] == proc.pid
     finally:
-        _, err = proc.communicate(timeout=40)
+        proc.terminate()
+        _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     [run] = runs(db)
     assert run[2:7] == (1, 1, 0, 0, 0) and run[7] is not None

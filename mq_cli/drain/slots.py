@@ -282,6 +282,10 @@ def take_over(
     give_up = end + HANDOVER_PATIENCE
     if ends_at is not None:
         give_up = min(give_up, ends_at)
+    log.info(
+        "queue %s: all %d slot(s) busy; one's drain ends at %s: waiting to take it over",
+        queue, concurrency, time.strftime("%H:%M:%S", time.localtime(end)),
+    )  # fmt: skip
     while time.time() < give_up and not stop():
         time.sleep(HANDOVER_POLL)
         slot = acquire(lock_dir, queue, concurrency, ends_at)
