@@ -47,7 +47,7 @@ class Tx:
 class SqlPlumbing(Backend):
     """What sqlcore.SqlBackend provides to the statement helpers it is made of."""
 
-    #: the dialect's named statements (sql/<dialect>.sql) for this table
+    #: the dialect's named statements (<dialect>/<dialect>.sql) for this table
     _sql: dict[str, str]
     #: the driver's parameter placeholder
     mark: str

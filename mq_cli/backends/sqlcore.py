@@ -5,7 +5,7 @@ mapping into mq's errors (:meth:`SqlBackend._wrap`), how to begin, commit and
 roll back, how a time and a duration travel as parameters, and how a batch of
 messages is inserted. Everything else is written once here: deadlock retries,
 owner-guarded acknowledgements, the clock reads, stats. The statements are the
-named blocks of sql/<dialect>.sql, the same names in each. The operators'
+named blocks of <dialect>/<dialect>.sql, the same names in each. The operators'
 batches are in sqlops.py, the schema and `mq init` in sqlschema.py.
 """
 
@@ -58,7 +58,7 @@ def backoff(attempt: int) -> None:
 class SqlBackend(SqlSchema, SqlOperate, SqlRunLog, SqlLimits):
     """The shared body of every SQL backend; a dialect subclasses it."""
 
-    #: the dialect's name: its sql/<dialect>.sql and its ``kind``
+    #: the dialect's name: its <dialect>/<dialect>.sql and its ``kind``
     dialect: str
     #: the placeholder of a bound value
     mark = "%s"

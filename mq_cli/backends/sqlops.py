@@ -3,7 +3,7 @@
 A mixin of :class:`~mq_cli.backends.sqlcore.SqlBackend`, which brings the
 connection, the retries and the dialect's time parameters; sqlcore.py keeps
 the plumbing, producing and draining. Each dialect's statements are in
-sql/<dialect>.sql with the rest.
+<dialect>/<dialect>.sql with the rest.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def as_text(value: bytes | str | None) -> str | None:
 
 def shown_status(stored: str) -> str:
     """The status a message has for users: a 'delayed' row (not due yet when it was
-    stored, see create_due_index in sql/<dialect>.sql) is a ready message."""
+    stored, see create_due_index in <dialect>/<dialect>.sql) is a ready message."""
     return "ready" if stored == "delayed" else stored
 
 
@@ -46,7 +46,7 @@ class SqlOperate(SqlPlumbing):
         return [self._listed(row) for row in self._rows(self._sql[name], params)]
 
     def _listed(self, row: Sequence[Any], payload: bytes | None = None) -> Message:
-        """A Message from the "listed" columns (see sql/<dialect>.sql)."""
+        """A Message from the "listed" columns (see <dialect>/<dialect>.sql)."""
         return Message(
             id=int(row[0]),
             queue=str(row[1]),

@@ -3,7 +3,7 @@
 A mixin of :class:`~mq_cli.backends.sqlcore.SqlBackend`, like sqlops.py. The
 tables are ``{table}_runs`` (one row per drain run) and ``{table}_rollup``
 (per run, queue and time slice: counts and histograms); their statements are
-in sql/<dialect>.sql with the rest. Times are Unix seconds (floats) of the
+in <dialect>/<dialect>.sql with the rest. Times are Unix seconds (floats) of the
 database's clock, as the drain measured them.
 """
 

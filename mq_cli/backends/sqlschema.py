@@ -38,7 +38,7 @@ log = logging.getLogger("mq")
 
 #: times `mq init` looks again after another process's schema change won a race
 SCHEMA_RACES = 5
-#: `mq init` waits for another init's session lock (sql/mysql.sql, init_lock) this many
+#: `mq init` waits for another init's session lock (mysql/mysql.sql, init_lock) this many
 #: times this many seconds (one wait stays under PyMySQL's 120 s read timeout)
 INIT_TRIES, INIT_WAIT = 10, 60
 

@@ -7,16 +7,19 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from mq_cli.backends import bloat, commits, pg_errors, pg_schema, pg_url
-from mq_cli.backends import pg_topology as topology
+from mq_cli.backends import bloat, commits
 from mq_cli.backends.base import Found
 from mq_cli.backends.claims import unlock_claims_for_tests
 from mq_cli.backends.dialects import Dialect, LazyDriver, OpenOptions, driver_installed, register
 from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
 from mq_cli.backends.liveness import lock_key
-from mq_cli.backends.pg_claims import PgClaims
-from mq_cli.backends.pg_horizon import facts, horizon
-from mq_cli.backends.pg_inflight import AckInFlight, PgAcks
+from mq_cli.backends.postgres import errors as pg_errors
+from mq_cli.backends.postgres import schema as pg_schema
+from mq_cli.backends.postgres import topology
+from mq_cli.backends.postgres import url as pg_url
+from mq_cli.backends.postgres.claims import PgClaims
+from mq_cli.backends.postgres.horizon import facts, horizon
+from mq_cli.backends.postgres.inflight import AckInFlight, PgAcks
 from mq_cli.backends.sqlcore import SqlBackend, Tx
 from mq_cli.backends.sqlfiles import queries as dialect_queries
 from mq_cli.core.dburl import DatabaseSettings

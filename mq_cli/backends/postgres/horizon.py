@@ -9,7 +9,7 @@ gone, a standby's oldest query through hot_standby_feedback (pg_stat_replication
 backend_xmin), a replication slot (its xmin: a standby's oldest query; its
 catalog_xmin: a logical slot, which also keeps WAL). Each check names the oldest
 holder, its age and what to do; :func:`facts` gives the same for `mq status
---json`; the statements are in sql/postgres.sql.
+--json`; the statements are in postgres/postgres.sql.
 """
 
 from __future__ import annotations

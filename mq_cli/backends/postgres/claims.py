@@ -35,7 +35,7 @@ class PgClaims(SqlBackend):
     def claim_acking(
         self, queue: str, limit: int, owner: str, done: Sequence[int]
     ) -> tuple[int, list[Message]]:
-        # One statement, one commit (sql/postgres.sql, claim_acking); past its first
+        # One statement, one commit (postgres/postgres.sql, claim_acking); past its first
         # try, what claim() does (race retries, promotion) as claim() does it.
         if not done:
             return 0, self.claim(queue, limit, owner)

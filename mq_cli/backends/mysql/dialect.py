@@ -8,14 +8,15 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from mq_cli.backends import bloat, mysql_url
+from mq_cli.backends import bloat
 from mq_cli.backends.base import Caps, Found
 from mq_cli.backends.claims import unlock_claims_for_tests
 from mq_cli.backends.dialects import Dialect, LazyDriver, OpenOptions, register
 from mq_cli.backends.engines import mysql_engine
 from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
 from mq_cli.backends.liveness import lock_name
-from mq_cli.backends.mysql_packet import escaped_size, max_payload, too_large_hint
+from mq_cli.backends.mysql import url as mysql_url
+from mq_cli.backends.mysql.packet import escaped_size, max_payload, too_large_hint
 from mq_cli.backends.sqlcore import RETRIES, SqlBackend, Tx
 from mq_cli.backends.sqlfiles import queries as dialect_queries
 from mq_cli.core.dburl import DatabaseSettings
@@ -59,7 +60,7 @@ RETRYABLE = {ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT}
 #: MySQL 8's ALTER SCHEMA ... READ ONLY (3989)
 ER_OPTION_PREVENTS_STATEMENT = 1290
 READ_ONLY_CODES = {ER_OPTION_PREVENTS_STATEMENT, 1836, 3989}
-#: every statement of sql/mysql.sql is written for this mode, whatever the server's
+#: every statement of mysql/mysql.sql is written for this mode, whatever the server's
 SQL_MODE = "STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION"
 #: tries of a statement that deadlocked on a Galera node (where another node's
 #: concurrent write to the same row is a 1213 at COMMIT); one server: sqlcore.RETRIES

@@ -1,0 +1,10 @@
+"""The MariaDB/MySQL dialect.
+
+``dialect.py`` (the Backend and its registration), ``url.py`` (its URL forms),
+``packet.py`` (what fits in the server's max_allowed_packet), ``mysql.sql``
+(every statement). Importing this package registers the dialect.
+"""
+
+from mq_cli.backends.mysql.dialect import MysqlBackend
+
+__all__ = ["MysqlBackend"]
