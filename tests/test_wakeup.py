@@ -4,7 +4,7 @@ same host (a FIFO in the lock directory), instead of at its next poll.
 The drain tests run the drain in this process with its polls pushed past the
 test (:func:`no_polls`): a message it starts can only have been woken for, and
 each enqueue waits until the drain sleeps in its wait (:class:`Sleeps`). What a
-wake-up takes in milliseconds is a figure (bench/latency.py; the tests print
+wake-up takes in milliseconds is a figure (bench/experiments/latency.py; the tests print
 theirs as FIGURES), not asserted here.
 """
 

@@ -2,7 +2,7 @@
 
 The drain's work on the next result (the worker's reply, the run log, the ticks)
 then runs while the server commits, in one thread: a second thread would wait on
-the GIL longer than the work it hides (bench/ack_thread.py, bench/ack_inflight.py).
+the GIL longer than the work it hides (bench/experiments/ack_thread.py, bench/experiments/ack_inflight.py).
 
 The connection is psycopg's; psycopg knows nothing of this statement, so its result
 must be read before psycopg sends anything: the backend's ``conn`` reads it first
