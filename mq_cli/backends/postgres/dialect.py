@@ -15,11 +15,12 @@ from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
 from mq_cli.backends.liveness import lock_key
 from mq_cli.backends.postgres import errors as pg_errors
 from mq_cli.backends.postgres import schema as pg_schema
-from mq_cli.backends.postgres import topology
+from mq_cli.backends.postgres import session, topology
 from mq_cli.backends.postgres import url as pg_url
 from mq_cli.backends.postgres.claims import PgClaims
 from mq_cli.backends.postgres.horizon import facts, horizon
 from mq_cli.backends.postgres.inflight import AckInFlight, PgAcks
+from mq_cli.backends.postgres.listen import Listener, wake_channel
 from mq_cli.backends.sqlcore import SqlBackend, Tx
 from mq_cli.backends.sqlfiles import queries as dialect_queries
 from mq_cli.core.dburl import DatabaseSettings
@@ -104,6 +105,7 @@ class PostgresBackend(PgClaims, PgAcks):
         self.driver_errors = (psycopg.Error,)
         self._statement_pool = False  # a pool in statement mode refused a BEGIN here
         self._acks = AckInFlight(psycopg)
+        self._listener = Listener(table, lambda: self.conn, self._errors, psycopg.Error)
         self.conn = self._connect()
         if create and self.schema_version() is None:
             self.init_schema()
@@ -112,40 +114,7 @@ class PostgresBackend(PgClaims, PgAcks):
 
     def _connect(self) -> Any:
         s = self.settings
-        options: dict[str, Any] = {
-            "user": s.user or "postgres",
-            "dbname": s.database,
-            "port": s.port,
-            "connect_timeout": max(1, round(s.connect_timeout)),
-            "application_name": "mq",
-            "autocommit": True,
-            # Prepared on the server only where no pooler can sit in between (pg_topology).
-            "prepare_threshold": topology.prepare_threshold(s),
-        }
-        if s.password is not None:
-            options["password"] = s.password
-        if s.unix_socket:
-            options["host"] = s.unix_socket
-        else:
-            # Several hosts: libpq tries them in order, and with target_session_attrs
-            # settles on the one that fits (read-write: the primary after a promotion).
-            hosts = s.hosts or ((s.host, s.port),)
-            options["host"] = ",".join(host for host, _ in hosts)
-            options["port"] = ",".join(str(port) for _, port in hosts)
-            # A cut connection surfaces as an error within ~2 minutes instead of a hang.
-            options.update(keepalives=1, keepalives_idle=30, keepalives_interval=10)
-            options.update(keepalives_count=3, tcp_user_timeout=120_000)
-        # TLS as the config says, never probed (FIELD-NOTES, trap 4: decide it, do not guess).
-        if s.sslmode:
-            options["sslmode"] = s.sslmode
-        elif s.ssl:
-            options["sslmode"] = "verify-full" if s.ssl_verify else "require"
-        else:
-            options["sslmode"] = "disable"
-        if s.ssl_ca:
-            options["sslrootcert"] = s.ssl_ca
-        if s.target_session_attrs:
-            options["target_session_attrs"] = s.target_session_attrs
+        options = session.connect_options(s)
         try:
             conn = psycopg.connect(**options)
         except psycopg.Error as exc:
@@ -269,9 +238,7 @@ class PostgresBackend(PgClaims, PgAcks):
     def reconnect(self) -> None:
         self.close()
         self.conn = self._connect()
-        queues, self._listening = self._listening, ()
-        for queue in dict.fromkeys(queues):
-            self.listen(queue)
+        self._listener.again()
 
     def close(self) -> None:
         try:
@@ -346,47 +313,17 @@ class PostgresBackend(PgClaims, PgAcks):
     def _wake(self, tx: Tx, queue: str) -> None:
         tx.rows(self._sql["notify"], (wake_channel(self.table), queue))
 
-    _listening: tuple[str, ...] = ()
-
     def listen(self, queue: str) -> int | None:
         if self.pool_mode == "transaction":
             topology.Said.once(topology.NO_LISTEN)
             return None
-        channel = wake_channel(self.table)
-        with self._errors():
-            self.conn.execute(f'LISTEN "{channel}"')
-            self.conn.add_notify_handler(self._on_notify)
-        self._listening = (*self._listening, queue)
-        self._notified: set[str] = set()
-        return int(self.conn.fileno())
+        return self._listener.listen(queue)
 
     def listen_fd(self) -> int | None:
-        if not self._listening or self.conn.closed:
-            return None
-        return int(self.conn.fileno())
-
-    def _on_notify(self, note: Any) -> None:
-        # Notifications psycopg read while it ran a statement of ours.
-        self._notified.add(note.payload)
+        return self._listener.fd()
 
     def woken(self, queue: str) -> bool:
-        pgconn = self.conn.pgconn
-        try:
-            pgconn.consume_input()
-        except psycopg.Error:
-            return True  # the connection went: the claim that follows finds out
-        while (note := pgconn.notifies()) is not None:
-            self._notified.add(note.extra.decode("utf-8", "replace"))
-        if queue in self._notified:
-            self._notified.discard(queue)
-            return True
-        return False
-
-
-def wake_channel(table: str) -> str:
-    """The LISTEN/NOTIFY channel of a queue table (table names hold 57 characters,
-    channels 63)."""
-    return f"{table}_wake"
+        return self._listener.woken(queue)
 
 
 def insert_messages(
