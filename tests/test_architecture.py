@@ -1,6 +1,7 @@
-"""The shape of the code (ARCHITECTURE.md): no import circles, no module past 500
-lines. CI's import-linter contract (pyproject.toml) holds the layers; this checks
-the whole module graph on its own, imports inside functions included."""
+"""The shape of the code (ARCHITECTURE.md): no import circles, no module past 400
+lines, no class stacked on two of the project's classes, no dialect importing
+another. CI's import-linter contracts (pyproject.toml) hold the layers; this
+checks the whole module graph on its own, imports inside functions included."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from pathlib import Path
 import grimp
 
 PACKAGE = Path(__file__).resolve().parent.parent / "mq_cli"
-MAX_LINES = 500
+MAX_LINES = 400
+#: the one module still past it, held to the old limit until the drain is composed
+#: of parts (issue 35's last step): it must not grow meanwhile
+NOT_YET = {"mq_cli/drain/loop.py": 500}
 
 
 def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
@@ -76,13 +80,35 @@ def test_no_import_circles():
     assert _cycles(graph) == []
 
 
-def test_no_module_is_past_500_lines():
-    long = {
-        str(path.relative_to(PACKAGE.parent)): count
+def test_no_module_is_past_400_lines():
+    counts = {
+        str(path.relative_to(PACKAGE.parent)): len(path.read_text().splitlines())
         for path in PACKAGE.rglob("*.py")
-        if (count := len(path.read_text().splitlines())) > MAX_LINES
     }
+    long = {name: n for name, n in counts.items() if n > NOT_YET.get(name, MAX_LINES)}
     assert long == {}
+
+
+def test_no_class_stacks_two_project_classes():
+    """Behaviour is composed of parts held as attributes, not stacked from mixins
+    (ARCHITECTURE.md): a class of mq_cli has at most one base class of mq_cli
+    (Protocols, ABCs and exceptions of the standard library do not count)."""
+    import importlib
+    import inspect
+
+    stacked = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = ".".join(("mq_cli", *path.relative_to(PACKAGE).with_suffix("").parts))
+        if name == "mq_cli.__main__":
+            continue  # running it is the CLI
+        module = importlib.import_module(name.removesuffix(".__init__"))
+        for cls in vars(module).values():
+            if not inspect.isclass(cls) or cls.__module__ != module.__name__:
+                continue
+            ours = [b.__qualname__ for b in cls.__bases__ if b.__module__.startswith("mq_cli.")]
+            if len(ours) > 1:
+                stacked.append(f"{cls.__module__}.{cls.__qualname__}({', '.join(ours)})")
+    assert stacked == []
 
 
 def test_a_fourth_dialect_is_one_package(tmp_path, monkeypatch):

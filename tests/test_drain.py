@@ -323,10 +323,10 @@ def test_group_ack_deletes_a_batch_with_the_next_claim(db, ran, tmp_path, monkey
     """A batch's last group goes with the next claim (one commit on PostgreSQL);
     a drain that stops after a batch (--max-messages) deletes it on its own."""
     from mq_cli.backends.base import Backend
-    from mq_cli.backends.postgres.claims import PgClaims
+    from mq_cli.backends.postgres import PostgresBackend
 
     calls: list[int] = []
-    for cls in (PgClaims, Backend):
+    for cls in (PostgresBackend, Backend):
         original = cls.claim_acking
 
         def spy(self, queue, limit, owner, done, original=original):

@@ -42,7 +42,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mq_cli.backends.base import Backend, Shape
+from mq_cli.backends.base import Backend
+from mq_cli.backends.traits import Shape
 from mq_cli.core.errors import DatabaseError, SchemaMismatch, SchemaMissing
 from mq_cli.core.version import SCHEMA_VERSION
 
