@@ -139,6 +139,16 @@ FIGURES = [
         lambda v: v < 2.0,
     ),
     Figure(
+        "handover",
+        "cron's next run of a line (--max-seconds 60): holding the slot, after the "
+        "ending run exited",
+        ["tests/test_cron_handover.py", "-k", "takes_over"],
+        r"handover \((?P<label>\w+)\): the next run held the slot (?P<value>[\d.]+) ms",
+        "ms",
+        "<= 100 ms (slots.HANDOVER_POLL 20 ms)",
+        lambda v: v <= 100,
+    ),
+    Figure(
         "schema_check",
         "the schema check every command's connection pays",
         ["tests/test_schema.py::test_the_check_is_once_per_connection_and_cheap"],

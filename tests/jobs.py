@@ -113,3 +113,9 @@ def wait_for_file(payload: dict) -> None:
     while not os.path.exists(payload["until"]) and time.monotonic() < end:
         time.sleep(0.02)
     _log(payload, event="end")
+
+
+def chatty(payload: dict) -> None:
+    """Prints ``say`` with no newline at its end, then sleeps ``sleep`` seconds."""
+    print(payload.get("say", ""), end="", flush=True)
+    time.sleep(payload.get("sleep", 0))

@@ -1,9 +1,10 @@
-"""The least-privilege GRANTs the README gives are enough for every command, as written.
+"""The least-privilege GRANTs the docs give are enough for every command, as written.
 
-The SQL blocks are taken from README.md verbatim (found by their `<!-- least-privilege:
-KIND, before|after mq init -->` markers); only the placeholders the README names are
-replaced (database, table, user or role names, passwords), so that each run has its own.
-They run in the README's order: the users, `mq init` as the admin, the table GRANTs.
+The SQL blocks are taken from docs/databases/privileges.md verbatim (found by their
+`<!-- least-privilege: KIND, before|after mq init -->` markers); only the placeholders
+the docs name are replaced (database, table, user or role names, passwords), so that
+each run has its own. They run in the docs' order: the users, `mq init` as the admin,
+the table GRANTs.
 """
 
 from __future__ import annotations
@@ -21,21 +22,22 @@ from mq_cli.core.dburl import parse_database_url
 from mq_cli.drain.runlog import denied_text
 from tests.conftest import Db, _pg_connect
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "databases" / "privileges.md"
+TEXT = PAGE.read_text()
 BLOCK = re.compile(
     r"<!-- least-privilege: (\w+), (before|after) mq init -->\n```sql\n(.*?)```", re.S
 )
 
 
 def readme_blocks(kind: str) -> tuple[str, str]:
-    """The README's (before `mq init`, after `mq init`) blocks for ``kind``."""
-    found = {(k, when): text for k, when, text in BLOCK.findall(README)}
+    """The page's (before `mq init`, after `mq init`) blocks for ``kind``."""
+    found = {(k, when): text for k, when, text in BLOCK.findall(TEXT)}
     return found[(kind, "before")], found[(kind, "after")]
 
 
 @dataclass
 class Names:
-    """One run's stand-ins for the README's placeholders."""
+    """One run's stand-ins for the page's placeholders."""
 
     database: str
     table: str
@@ -45,7 +47,7 @@ class Names:
     role_password: str
 
     def statements(self, block: str) -> list[str]:
-        """``block``'s statements with the README's names replaced, and only those."""
+        """``block``'s statements with the page's names replaced, and only those."""
         text = re.sub(r"--[^\n]*", "", block)  # comments
         for pattern, value in (
             (r"\bapp\b", self.database),
@@ -61,7 +63,7 @@ class Names:
 
 @dataclass
 class Setup:
-    """The README's two users on one test database: ``admin`` ran `mq init`."""
+    """The page's two users on one test database: ``admin`` ran `mq init`."""
 
     root: Db
     names: Names
@@ -113,7 +115,7 @@ def _tables(db: Db, table: str) -> list[str]:
 
 @contextmanager
 def setup_as_readme_says(db: Db, tmp_path: Path, skip: tuple[str, ...] = ()) -> Iterator[Setup]:
-    """The README's blocks in its order; ``skip``: leave out the GRANTs that name these."""
+    """The page's blocks in its order; ``skip``: leave out the GRANTs that name these."""
     names = _names(db)
     before, after = readme_blocks(db.kind)
     admin = Db(db.kind, _url(db, names.admin, names.admin_password), tmp_path)
@@ -131,7 +133,7 @@ def setup_as_readme_says(db: Db, tmp_path: Path, skip: tuple[str, ...] = ()) -> 
         created = _tables(db, names.table)
         grants = [s for s in names.statements(after) if not any(x in s for x in skip)]
         for statement in grants:
-            # PostgreSQL: as the tables' owner, as the README says; MariaDB: as root.
+            # PostgreSQL: as the tables' owner, as the page says; MariaDB: as root.
             (admin if db.kind == "postgres" else db).sql(statement)
         yield Setup(db, names, admin, role, created)
     finally:

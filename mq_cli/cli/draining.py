@@ -37,7 +37,12 @@ from mq_cli.cli.common import State, _duration, cli, json_option, log, pass_stat
     metavar="N",
     help="Drains of a queue allowed at once on this host.",
 )
-@click.option("--wait", is_flag=True, help="When empty, keep polling until --max-seconds.")
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="When empty, wait for messages (an enqueue wakes it; it polls at least once a "
+    "second) until --max-seconds; without --max-seconds, until stopped.",
+)
 @click.option(
     "--processes",
     type=click.IntRange(0, 256),
@@ -62,12 +67,15 @@ def drain(
     """Run the handler on ready messages; the command for crontab.
 
     With no -q, every configured queue in turn. Exits 0 at once, silently, when
-    all of a queue's slots on this host are busy. Runs until no ready message
+    all of a queue's slots on this host are busy, unless one's drain ends within
+    5 s (cron's next run of the line): then it waits and takes that slot over,
+    so `--max-seconds 60` every minute leaves no second undrained. Runs until no ready message
     is left, or --max-messages / --max-seconds (both count the whole run); with
     --wait it waits until --max-seconds: an enqueue on this host (or any, on
     PostgreSQL) wakes it at once, its own retries start when their backoff
     ends, anything else within a second (its poll). SIGTERM/SIGINT: the running
-    handler finishes, unstarted messages go back to ready, exit 0.
+    handler finishes (a second signal stops it), unstarted messages go back to
+    ready, exit 0.
     Silent on success (cron mails any output); failures go to stderr.
     A database that goes away is waited for up to the run's end (a plain
     cron drain: 30 s); exit 3 only if it is still away then. --json
@@ -80,8 +88,9 @@ def drain(
 
     \b
     Example (crontab):
-      * * * * *  /opt/mq/bin/mq drain -q thumbnails --max-seconds 55
-      * * * * *  /opt/mq/bin/mq drain -q thumbnails --max-seconds 55 --processes 0
+      * * * * *  /opt/mq/bin/mq drain -q thumbnails --max-seconds 60
+      * * * * *  /opt/mq/bin/mq drain -q thumbnails --max-seconds 60 --wait
+      * * * * *  /opt/mq/bin/mq drain -q thumbnails --max-seconds 60 --processes 0
     Example (one-off):
       mq drain -q demo --handler 'exec:cat' --max-messages 10
     """
@@ -120,10 +129,10 @@ def _drain(
         return
 
     log.get()  # the drain logs as it goes (mq_cli.drain): set the level and format first
-    # At a terminal (not under cron, not in a pipe) a person watches: a running
-    # count, and a summary at the end. The log lines of -v are enough there.
+    # At a terminal (not under cron, not in a pipe) a person watches: a status
+    # line, and a summary at the end. The log lines of -v are enough there.
     watched = sys.stderr.isatty() and not as_json and not state.verbose
-    counter = DrainCounter() if watched else None
+    counter = StatusLine() if watched else None
     try:
         report = state.mq.drain(
             DrainOptions(
@@ -208,27 +217,40 @@ def _drain_processes(
         click.get_current_context().exit(code)
 
 
-class DrainCounter:
-    """The running count of a drain at a terminal, redrawn at most 10 times a second."""
+class StatusLine:
+    """What a drain at a terminal does now, on one line of stderr: the queue, the
+    message running and for how long (or that it waits), and the counts so far.
+    Handler output and log lines erase it first (core/terminal.py)."""
 
     def __init__(self) -> None:
+        self.text = ""
         self.shown = 0.0
-        self.drawn = False
 
     def show(self, report: DrainReport) -> None:
+        from mq_cli.core import terminal
+
         now = time.monotonic()
-        if now - self.shown >= 0.1:
-            self.shown = now
-            self.drawn = True
-            # The cursor goes back to the start: a log line (a failure) then
-            # overwrites the count instead of running on after it.
-            sys.stderr.write(f"draining: {report.succeeded} succeeded, {report.failed} failed\r")
-            sys.stderr.flush()
+        text = self.describe(report, now)
+        if text != self.text and now - self.shown >= 0.1:
+            self.text, self.shown = text, now
+            terminal.draw(text)
+
+    @staticmethod
+    def describe(report: DrainReport, now: float) -> str:
+        doing = report.activity
+        took = int(now - doing.since)
+        if doing.running is not None:
+            what = f"running #{doing.running}" + (f" for {took}s" if took >= 1 else "")
+        elif doing.waiting:
+            what = "waiting for messages" + (f" ({took}s)" if took >= 1 else "")
+        else:
+            what = "claiming"
+        return f"queue {doing.queue}: {what} · {report.succeeded} succeeded, {report.failed} failed"
 
     def close(self) -> None:
-        if self.drawn:
-            sys.stderr.write("\033[K")  # the summary line takes its place
-            sys.stderr.flush()
+        from mq_cli.core import terminal
+
+        terminal.clear()  # the summary line takes its place
 
 
 # -- stats ------------------------------------------------------------------

@@ -102,7 +102,7 @@ def status(
 ) -> None:
     """What runs now and how the queues fare: live drains, recent runs, throughput.
 
-    From the run log every drain keeps (see README, "The run log"): each live
+    From the run log every drain keeps (see docs/operating/status.md): each live
     drain (host:pid, queue, the message it runs now and for how long, the
     messages it holds), per queue the messages done and failed in the last
     minute and hour with wait and run time (p50/p95 over the last hour), the

@@ -16,7 +16,7 @@ import click
 from mq_cli.cli.common import Progress, State, _duration, cli, json_option, pass_state, queue_option
 
 if TYPE_CHECKING:
-    from mq_cli.core.models import GcReport, Listing, Message
+    from mq_cli.core.models import GcReport, Message
 
 # as models.STATUSES; written out so that `mq --help` need not import the models
 STATUSES = ("ready", "processing", "failed")
@@ -205,7 +205,7 @@ def list_(state: State, queue: str | None, status: str | None, limit: int, as_js
         state.mq.require_known(queue)
     listing = state.mq.list_messages(queue, status, limit)
     if as_json:
-        click.echo(json.dumps([_listed(m, listing) for m in listing.messages]))
+        click.echo(json.dumps([item.to_json() for item in listing]))
     elif listing.messages:
         click.echo(render.list_table(listing))
     else:
@@ -213,16 +213,6 @@ def list_(state: State, queue: str | None, status: str | None, limit: int, as_js
         click.echo(f"no {status + ' ' if status else ''}messages {where}")
     if listing.more:
         click.echo(f"mq: showing the oldest {limit}; there are more (raise --limit)", err=True)
-
-
-def _listed(message: Message, listing: Listing) -> dict[str, object]:
-    activity, seconds = listing.activity.get(message.id, (None, None))
-    return {
-        **message.to_json(),
-        "state": listing.states[message.id],
-        "activity": activity,
-        "running_seconds": seconds,
-    }
 
 
 @cli.command()

@@ -16,7 +16,7 @@ from mq_cli.core.dbconfig import database_settings, world_readable_warning
 from mq_cli.core.dburl import DatabaseSettings, parse_database_url
 from mq_cli.core.durations import parse_duration
 from mq_cli.core.errors import ConfigError
-from mq_cli.core.keys import QUEUE_KEYS
+from mq_cli.core.keys import QUEUE_KEYS, TOP_KEY_TABLE
 from mq_cli.core.yamldoc import Located, read_yaml
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
@@ -55,7 +55,7 @@ class QueueConfig:
         return float(min(self.retry_delay * (2**exponent), self.retry_delay_max))
 
 
-TOP_KEYS = ("database", "table", "lock_dir", "run_log_retention", "defaults", "queues")
+TOP_KEYS = tuple(key.name for key in TOP_KEY_TABLE)
 
 
 @dataclass(frozen=True)

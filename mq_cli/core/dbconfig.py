@@ -12,12 +12,10 @@ from mq_cli.core import dburl
 from mq_cli.core.dburl import DatabaseSettings, parse_database_url
 from mq_cli.core.durations import parse_duration
 from mq_cli.core.errors import ConfigError
+from mq_cli.core.keys import DATABASE_KEY_TABLE
 from mq_cli.core.yamldoc import Located
 
-DATABASE_KEYS = (
-    "url", "kind", "host", "port", "user", "database", "unix_socket",
-    "password", "password_file", "password_env", "ssl", "sslmode", "connect_timeout", "pooler",
-)  # fmt: skip
+DATABASE_KEYS = tuple(key.name for key in DATABASE_KEY_TABLE)
 
 
 def database_kinds() -> dict[str, str]:

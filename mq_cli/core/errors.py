@@ -70,7 +70,7 @@ class EngineRefused(DatabaseError):
 
 
 class PermissionDenied(DatabaseError):
-    """The database user lacks a privilege the statement needs (README: Least privilege)."""
+    """The database user lacks a privilege the statement needs (docs/databases/privileges.md)."""
 
     def __init__(self, message: str, table: str | None = None):
         super().__init__(message)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -123,9 +124,37 @@ class EnqueueResult:
         return sum(1 for i in self.ids if i is None)
 
 
+@dataclass(frozen=True)
+class ListedMessage:
+    """One message of a :class:`Listing`, as `mq list --json` prints it."""
+
+    message: Message
+    #: what every view calls it now: one of STATES
+    state: str
+    #: for a message a live drain holds: "running" (its handler runs) or "waiting"
+    #: (in that drain's batch); None otherwise
+    activity: str | None = None
+    #: how long its handler has run, once it has run a second; else None
+    running_seconds: float | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            **self.message.to_json(),
+            "state": self.state,
+            "activity": self.activity,
+            "running_seconds": self.running_seconds,
+        }
+
+
 @dataclass
 class Listing:
-    """A page of messages as `mq list` shows them, with the database's clock for ages."""
+    """A page of messages as `mq list` shows them, with the database's clock for ages.
+
+    Iterate it for each message with its state (:class:`ListedMessage`), oldest first::
+
+        for item in mq.list_messages("mail", "failed"):
+            print(item.message.id, item.state, item.message.last_error)
+    """
 
     queue: str
     now: datetime
@@ -135,6 +164,14 @@ class Listing:
     states: dict[int, str] = field(default_factory=dict)  # id -> one of STATES
     #: processing messages of live drains: id -> ("running", seconds) or ("waiting", None)
     activity: dict[int, tuple[str, float | None]] = field(default_factory=dict)
+
+    def __iter__(self) -> Iterator[ListedMessage]:
+        for m in self.messages:
+            activity, seconds = self.activity.get(m.id, (None, None))
+            yield ListedMessage(m, self.states.get(m.id, m.status), activity, seconds)
+
+    def __len__(self) -> int:
+        return len(self.messages)
 
 
 @dataclass

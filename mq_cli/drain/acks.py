@@ -94,6 +94,9 @@ class DrainAcks(DrainSession):
         """Acknowledge each outcome as the runner yields it."""
         for index, outcome in results:
             message = batch[index]
+            # Handlers run in the batch's order: the next one runs now, if it started.
+            following = batch[index + 1].id if index + 1 < len(batch) else None
+            self.report.activity.run(following if following in self.held else None)
             if self.watchdog is not None and self.watchdog.fired:
                 if outcome.started:
                     # It ran: it stays processing for gc, never given back as unstarted.
@@ -213,8 +216,11 @@ class DrainAcks(DrainSession):
                 message,
             )
             if ours:
-                if not final and self.options.wait:
-                    heapq.heappush(self.retries_due, time.monotonic() + retry_in)
+                due = time.monotonic() + retry_in
+                # This drain runs the retry only if it is still waiting then.
+                by_this = self.options.wait and (self.deadline is None or due < self.deadline)
+                if not final and by_this:
+                    heapq.heappush(self.retries_due, due)
                 first_line = render.error_line(error, ERROR_LOG_WIDTH)
                 if final:
                     log.error(
@@ -226,9 +232,9 @@ class DrainAcks(DrainSession):
                     # messages that failed for good; -v still shows each attempt.
                     log.log(
                         logging.INFO if queue.quiet_retries else logging.ERROR,
-                        "queue %s: message %d failed (attempt %d of %d, retry in %s): %s",
+                        "queue %s: message %d failed (attempt %d of %d, %s): %s",
                         queue.name, message.id, attempts, queue.max_errors,
-                        format_duration(retry_in), first_line,
+                        _when_retried(retry_in, by_this), first_line,
                     )  # fmt: skip
         if not ours:
             self._lost(queue, message)
@@ -294,3 +300,12 @@ class DrainAcks(DrainSession):
             f"{gap:.1f} s, longer than stalled_after ({format_duration(self.stalled_after)}) "
             "(a stalled database or cluster?); what it ran may run again elsewhere"
         )
+
+
+def _when_retried(retry_in: float, by_this: bool) -> str:
+    """When a failed message runs again, truly: under cron a plain drain has ended by
+    then, and the retry waits for the next run of the crontab line."""
+    if by_this:
+        return f"retry in {format_duration(retry_in)}, by this drain"
+    at = time.strftime("%H:%M:%S", time.localtime(time.time() + retry_in))
+    return f"retry in {format_duration(retry_in)}: by the first drain that runs after {at}"

@@ -113,7 +113,16 @@ class Drain(DrainAcks):
                     self.report.paused.append(queue.name)
                     continue
                 concurrency = self.options.concurrency or queue.concurrency
-                slot = slots.acquire(slot_dir, queue.name, concurrency)
+                ends_at = None
+                if self.deadline is not None:
+                    ends_at = time.time() + self.deadline - time.monotonic()
+                slot = slots.acquire(slot_dir, queue.name, concurrency, ends_at)
+                if slot is None:  # one may end now: cron's next run of the line
+                    slot = slots.take_over(
+                        slot_dir, queue.name, concurrency, ends_at, self._should_stop
+                    )
+                    if slot is not None:
+                        log.info("queue %s: took over a slot from a drain that ended", queue.name)
                 if slot is None or not self.fleet.take(queue):  # the host's, then the fleet's
                     if slot is None:
                         log.info(
@@ -183,11 +192,22 @@ class Drain(DrainAcks):
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signals += 1
+        name = signal.Signals(signum).name
         if self.signals == 1:
-            log.warning(
-                "got %s: finishing the running handler, returning the rest",
-                signal.Signals(signum).name,
-            )
+            if not self.in_hand:
+                # Waiting, claiming, starting: nothing to finish. Stopping as asked is
+                # no news for cron's mail (`timeout` under cron sends this every run).
+                log.info("got %s: stopping; no handler was running", name)
+            else:
+                running = self.report.activity.running
+                log.warning(
+                    "got %s: %s, then returning this drain's unstarted messages to ready "
+                    "(a second signal stops the handler at once)",
+                    name,
+                    f"letting message {running}'s handler finish"
+                    if running is not None
+                    else "letting the running handler finish",
+                )
             if self.runner is not None:
                 self.runner.stop()
         elif self.runner is not None:
@@ -211,6 +231,7 @@ class Drain(DrainAcks):
 
     def _drain_queue(self, queue: QueueConfig, path: str) -> None:
         self.where = f"queue {queue.name}: "
+        self.report.activity.queue = queue.name
         self._db(lambda b: b.purge_tombstones(queue.name))
         requeued = time.monotonic()
         if queue.requeue_stalled:
@@ -279,9 +300,12 @@ class Drain(DrainAcks):
                     waiter.close()
 
     def _ticks(self) -> None:
-        """Often, whatever the drain does: the run log's and the fleet slot's upkeep."""
+        """Often, whatever the drain does: the run log's and the fleet slot's upkeep,
+        and a terminal's status line."""
         self.runlog.tick()
         self.fleet.keep()
+        if self.options.progress is not None:
+            self.options.progress(self.report)
 
     def _waiter(self, queue: QueueConfig) -> wakeup.Waiter | None:
         try:
@@ -317,6 +341,7 @@ class Drain(DrainAcks):
             pause = max(due - now, 0.0) + RETRY_SLACK
         if self.deadline is not None:
             pause = min(pause, max(self.deadline - time.monotonic(), 0.0))
+        self.report.activity.wait()
         self._ticks()
         if waiter is None:
             time.sleep(pause)
@@ -424,6 +449,7 @@ class Drain(DrainAcks):
             for m in batch
         ]
         self.runlog.batch(batch)
+        self.report.activity.run(batch[0].id)
         self.in_hand = True  # held until its results are recorded (session.py: _holding)
         carry = False
         results = runner.run_many(jobs, admit, queue.timeout or None, tick, tick_every, not_after)
@@ -461,6 +487,7 @@ class Drain(DrainAcks):
                     )
                     self.held = set()
         self.in_hand = False
+        self.report.activity.run(None)
 
     def _heartbeat(self) -> None:
         self._last_beat = asked = time.monotonic()

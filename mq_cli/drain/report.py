@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,9 +17,26 @@ class DrainOptions:
     batch_size: int | None = None
     concurrency: int | None = None
     wait: bool = False
-    #: called with the report after each message's result is recorded (a terminal's
-    #: progress line); must be cheap
+    #: called with the report after each message's result, and at least once a second
+    #: while a handler runs or the drain waits (a terminal's status line); must be cheap
     progress: Callable[[DrainReport], None] | None = None
+
+
+@dataclass
+class Activity:
+    """What the drain does at this moment, for a terminal's status line (not in --json)."""
+
+    queue: str = ""
+    running: int | None = None  # the message whose handler runs, as far as the drain knows
+    waiting: bool = False  # --wait with nothing to do: polling, or woken by an enqueue
+    since: float = 0.0  # time.monotonic() when that began
+
+    def run(self, message_id: int | None) -> None:
+        self.running, self.waiting, self.since = message_id, False, time.monotonic()
+
+    def wait(self) -> None:
+        if not self.waiting:
+            self.running, self.waiting, self.since = None, True, time.monotonic()
 
 
 @dataclass
@@ -36,6 +54,7 @@ class DrainReport:
     #: "max_messages", "signal" (SIGTERM/SIGINT), "database" (it went away or refused;
     #: exit 3), "error" (another error, e.g. a handler that does not import: exit 2)
     ended: str = "empty"
+    activity: Activity = field(default_factory=Activity, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -37,6 +37,9 @@ log = logging.getLogger("mq")
 
 #: a drain writes its results at most this often (and at its end)
 SLICE_SECONDS = 20.0
+#: a live run's counts (`mq status`: CLAIMED, DONE, FAILED) are written at most this
+#: often, when they changed: one UPDATE of one row, so the views are right between slices
+COUNTS_SECONDS = 2.0
 #: a message that has run this long is written as the run's running message
 RUNNING_AFTER = 1.0
 #: `mq status`: a run not ended and not seen for this long is no longer live
@@ -49,7 +52,7 @@ def denied_text(privilege: str, tables: Sequence[str]) -> str:
     """What every command says when this user may not use the run log's tables."""
     return (
         f"run log: no {privilege} on {' and '.join(tables)} for this database user; "
-        "grant it (README: Least privilege)"
+        "grant it (docs/databases/privileges.md)"
     )
 
 
@@ -187,6 +190,9 @@ class RunLog:
         self._pending: dict[int, None] = {}  # the batch's ids without a result, in order
         self._since = 0.0  # when the first pending message started, at the latest
         self._running: int | None = None  # the id written as running
+        self._running_since: float | None = None  # and since when (the database's clock)
+        self._counted = time.monotonic()
+        self._counts: tuple[int, int, int, int] = (0, 0, 0, 0)  # as written last
         self._warned = False
 
     # -- the drain's hooks ------------------------------------------------------
@@ -229,6 +235,22 @@ class RunLog:
             self.flush()  # the running message ended
         elif time.monotonic() - self._flushed >= SLICE_SECONDS:
             self.flush(running=self._running)
+        elif self.run_id is not None and time.monotonic() - self._counted >= COUNTS_SECONDS:
+            self._count()
+
+    def _count(self) -> None:
+        """The run's counts only, when they changed since they were written."""
+        self._counted = time.monotonic()
+        r = self.report
+        counts = (r.claimed, r.succeeded, r.failed, r.returned)
+        if counts == self._counts:
+            return
+        assert self.run_id is not None
+        queue = r.queues[-1] if r.queues else None
+        running = (self._running, self._running_since)
+        update = (self.run_id, self._db_time(time.time()), queue, counts, running)
+        if self._safely(lambda b: b.run_update(*update), "UPDATE", "runs"):
+            self._counts = counts
 
     def _tally(self) -> None:
         for queue, ok, started, seconds, available in self._results:
@@ -265,7 +287,7 @@ class RunLog:
 
     def flush(self, running: int | None = None, exit_code: int | None = None) -> bool:
         """Write the slices due and the run's row; False when that failed."""
-        self._flushed = time.monotonic()
+        self._flushed = self._counted = time.monotonic()
         self._tally()
         if self.run_id is None and not self._start():
             return False
@@ -289,7 +311,7 @@ class RunLog:
         update = (run_id, now, queue, counts, (running, since), ended)
         if not self._safely(lambda b: b.run_update(*update), "UPDATE", "runs"):
             return False
-        self._running = running
+        self._running, self._running_since, self._counts = running, since, counts
         return True
 
     def _start(self) -> bool:

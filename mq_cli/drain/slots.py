@@ -9,7 +9,13 @@ however it exits (kill -9 included), so there is never a stale lock to clean
 up; that is also why the files are never deleted (deleting a lock file lets two
 processes hold "the same" slot through different inodes). The holder's pid is
 written into the file for operators
-(``cat ~/.local/state/mq/locks/db-*/mail.0.lock``).
+(``cat ~/.local/state/mq/locks/db-*/mail.0.lock``), then the Unix time at which
+it ends (its --max-seconds), if it has one.
+
+That end is what lets crontab runs overlap without a dead window: the next
+minute's drain finds every slot busy, reads that one ends within
+:data:`HANDOVER_WITHIN`, and waits to take it over (:func:`take_over`) instead
+of leaving the queue undrained until the minute after.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import fcntl
 import os
 import re
 import stat
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from mq_cli.core.errors import ConfigError
@@ -28,6 +36,13 @@ if TYPE_CHECKING:
     from mq_cli.core.config import Config
 
 _QUEUE = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
+
+#: a drain that finds every slot busy waits for one whose holder ends this soon
+HANDOVER_WITHIN = 5.0
+#: and waits that long past the holder's announced end at most (its last handler, then
+#: its acknowledgements), or until its own --max-seconds, whichever comes first
+HANDOVER_PATIENCE = 60.0
+HANDOVER_POLL = 0.02
 
 
 def ensure_lock_dir(path: str) -> None:
@@ -188,9 +203,12 @@ def _open_lock_file(path: str) -> int:
     return fd
 
 
-def acquire(lock_dir: str, queue: str, concurrency: int) -> Slot | None:
+def acquire(
+    lock_dir: str, queue: str, concurrency: int, ends_at: float | None = None
+) -> Slot | None:
     """The first free slot of ``queue`` among the lock files in ``lock_dir`` (a
-    drain's: its database_dir), or None when all are busy.
+    drain's: its database_dir), or None when all are busy. ``ends_at``: the Unix
+    time the drain ends (written into the slot for :func:`take_over`), if it knows.
 
     Never waits: a drain started by cron while others still run simply has
     nothing to do. Checks the lock directory first (see ensure_lock_dir).
@@ -215,8 +233,55 @@ def acquire(lock_dir: str, queue: str, concurrency: int) -> Slot | None:
             # Only now: truncating before the lock is ours would erase the
             # pid of the drain that holds it.
             os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            end = f" {ends_at:.3f}" if ends_at is not None else ""
+            os.pwrite(fd, f"{os.getpid()}{end}\n".encode(), 0)
         except OSError:  # a full disk must not stop the drain; the lock is what counts
             pass
         return Slot(path, number, fd)
+    return None
+
+
+def ending_at(lock_dir: str, queue: str, concurrency: int) -> float | None:
+    """The earliest end (Unix time) that a holder of one of ``queue``'s slots
+    announced; None when none did (no --max-seconds) or none is held."""
+    ends = []
+    for number in range(concurrency):
+        path = os.path.join(lock_dir, f"{queue}.{number}.lock")
+        try:
+            with open(path, "rb") as file:
+                fields = file.read(100).split()
+        except OSError:
+            continue
+        try:
+            ends.append(float(fields[1]))
+        except (IndexError, ValueError):
+            continue
+    return min(ends, default=None)
+
+
+def take_over(
+    lock_dir: str,
+    queue: str,
+    concurrency: int,
+    ends_at: float | None,
+    stop: Callable[[], bool],
+) -> Slot | None:
+    """When every slot is busy but one's holder ends within HANDOVER_WITHIN: wait
+    for it and take its slot (None if it does not come, or ``stop()`` says so first).
+
+    Cron starts the next run of a line while the last one ends (`--max-seconds
+    60`): waiting for it, instead of exiting at once, leaves no part of the minute
+    without a drain.
+    """
+    end = ending_at(lock_dir, queue, concurrency)
+    if end is None or end - time.time() > HANDOVER_WITHIN:
+        return None
+    give_up = end + HANDOVER_PATIENCE
+    if ends_at is not None:
+        give_up = min(give_up, ends_at)
+    while time.time() < give_up and not stop():
+        time.sleep(HANDOVER_POLL)
+        slot = acquire(lock_dir, queue, concurrency, ends_at)
+        if slot is not None:
+            return slot
     return None

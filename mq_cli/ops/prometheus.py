@@ -76,7 +76,10 @@ def _summaries(hour: dict[str, Throughput]) -> list[str]:
     from mq_cli.ops.status import QUANTILES
 
     lines = []
-    for name, what in (("wait", "from available to handler start"), ("duration", "handler")):
+    for name, what in (
+        ("wait", "a message waited, from available to its handler's start"),
+        ("duration", "a handler ran"),
+    ):
         metric = f"mq_{name}_seconds"
         lines += [
             f"# HELP {metric} Seconds {what}, over the last hour (run log; buckets ~12 %).",

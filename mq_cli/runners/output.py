@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from mq_cli.core import terminal
+
 TAIL_BYTES = 16 * 1024  # enough for ERROR_LIMIT characters of any UTF-8
 
 
@@ -35,6 +37,7 @@ class Tail:
             data += b"\n"
         self.data.clear()
         self.total = 0
+        terminal.clear()  # a drain's status line at a terminal: the output starts on its own
         view = memoryview(data)
         try:
             while view:

@@ -18,7 +18,7 @@ def connect_options(s: DatabaseSettings) -> dict[str, Any]:
         "connect_timeout": max(1, round(s.connect_timeout)),
         "application_name": "mq",
         "autocommit": True,
-        # Prepared on the server only where no pooler can sit in between (pg_topology).
+        # Prepared on the server only where no pooler can sit in between (topology.py).
         "prepare_threshold": topology.prepare_threshold(s),
     }
     if s.password is not None:
