@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from mq_cli.drain import loop, wakeup
+from mq_cli.drain import waiting, wakeup
 
 #: a deadline that only a hang (here: a wake-up that never came) reaches
 HANG = 60.0
@@ -60,8 +60,8 @@ def test_the_fifo_of_a_dead_drain_is_tidied_by_the_next_producer(tmp_path):
 def no_polls(monkeypatch):
     """A waiting drain in this process polls once an hour: within a test, only a
     wake-up can make it claim again."""
-    monkeypatch.setattr(loop, "WAIT_POLL_MIN", 3600.0)
-    monkeypatch.setattr(loop, "WAIT_POLL_MAX", 3600.0)
+    monkeypatch.setattr(waiting, "WAIT_POLL_MIN", 3600.0)
+    monkeypatch.setattr(waiting, "WAIT_POLL_MAX", 3600.0)
 
 
 class Sleeps:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 import re
 import stat
@@ -43,6 +44,8 @@ HANDOVER_WITHIN = 5.0
 #: its acknowledgements), or until its own --max-seconds, whichever comes first
 HANDOVER_PATIENCE = 60.0
 HANDOVER_POLL = 0.02
+
+log = logging.getLogger("mq")
 
 
 def ensure_lock_dir(path: str) -> None:
@@ -285,3 +288,23 @@ def take_over(
         if slot is not None:
             return slot
     return None
+
+
+def take(
+    lock_dir: str,
+    queue: str,
+    concurrency: int,
+    ends_at: float | None,
+    stop: Callable[[], bool],
+) -> Slot | None:
+    """A slot of ``queue`` for a drain: a free one (:func:`acquire`), else the one a
+    drain that ends now gives up (:func:`take_over`: cron's next run of the line);
+    None, said at -v, when all stay busy."""
+    slot = acquire(lock_dir, queue, concurrency, ends_at)
+    if slot is None:
+        slot = take_over(lock_dir, queue, concurrency, ends_at, stop)
+        if slot is not None:
+            log.info("queue %s: took over a slot from a drain that ended", queue)
+    if slot is None:
+        log.info("queue %s: all %d slot(s) busy on this host", queue, concurrency)
+    return slot
