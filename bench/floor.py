@@ -1,6 +1,6 @@
 """The floor: mq's own SQL statements in a bare PyMySQL/sqlite3 loop, no mq code in it.
 
-The statements are read from mq_cli/backends/sql/*.sql (``load_queries``) so
+The statements are read from mq_cli/backends/*/*.sql (``load_queries``) so
 they stay in step with mq; the connection is set up as mq's (TLS off, READ
 COMMITTED, autocommit on MariaDB; WAL, synchronous=NORMAL, BEGIN IMMEDIATE on
 SQLite). What this loop reaches is the physical limit of mq's design on this

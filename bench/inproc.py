@@ -51,7 +51,7 @@ class InlineRunner(_one_at_a_time()):  # type: ignore[misc]
         self.func: Any = None
 
     def start(self) -> None:
-        from mq_cli.runners.handlers import load
+        from mq_cli.runners.paths import load
 
         self.func = load(self.path)
 

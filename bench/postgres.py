@@ -10,7 +10,7 @@ otherwise), interpreter start included, as a crontab line pays it. Enqueue
 throughput = N / wall time of the enqueuing process, 1,000 messages per
 statement or call:
 
-- floor: mq's own statements (sql/postgres.sql) in a bare psycopg loop, each
+- floor: mq's own statements (postgres/postgres.sql) in a bare psycopg loop, each
   worker its own process: the claim of 100, then one `ack_delete` per message
   (as mq acknowledges), or one `ack_delete_many` per batch; enqueue = the
   multi-row `insert`, 1,000 rows per transaction;
@@ -62,7 +62,7 @@ ROOT = Path(__file__).resolve().parent.parent
 JOBS = ROOT / "bench" / "jobs"
 sys.path.insert(0, str(ROOT))
 
-from mq_cli.backends.postgres import queries  # noqa: E402
+from mq_cli.backends.postgres.dialect import queries  # noqa: E402
 
 MESSAGES = int(os.environ.get("MQ_BENCH_MESSAGES", 5_000))
 PAYLOAD = b'{"n": 1, "pad": "' + b"x" * 180 + b'"}'

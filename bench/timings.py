@@ -126,7 +126,7 @@ FIGURES = [
         ["tests/test_wakeup.py", "-k", "wakes"],
         r"wake-up \((?P<label>[^)]+)\): [^\d-]*(?P<values>(?:-?[\d.]+ ms(?:, )?)+)",
         "ms",
-        "<= 300 ms each (bench/latency.py: p50 <= 5, p99 <= 50)",
+        "<= 300 ms each (bench/experiments/latency.py: p50 <= 5, p99 <= 50)",
         lambda v: v <= 300,
     ),
     Figure(

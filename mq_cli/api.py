@@ -20,38 +20,15 @@ from mq_cli.core.config import (
     validate_queue_name,
     validate_table_name,
 )
-from mq_cli.core.durations import parse_duration
-from mq_cli.core.errors import ConfigError, InputRejected, PayloadTooLarge
+from mq_cli.core.errors import ConfigError
 from mq_cli.core.models import ByIdResult, GcReport, Listing, Message, QueueStats
-from mq_cli.drain import slots, wakeup
+from mq_cli.drain import slots
+from mq_cli.ops import produce
 
 if TYPE_CHECKING:  # imported where used: a producer's start does not pay for the drain's
     from mq_cli.drain.report import DrainOptions, DrainReport
     from mq_cli.ops.browse import Filter, Page
     from mq_cli.ops.status import Status, Throughput
-
-# A batch is committed when it holds this many messages or this many bytes.
-BATCH_MESSAGES = 1000
-BATCH_BYTES = 4 << 20
-MAX_UNIQUE_KEY = 255
-
-
-def _check_options(priority: int, unique_key: str | None, delay: float) -> None:
-    if (
-        isinstance(priority, bool)
-        or not isinstance(priority, int)
-        or not -(2**31) <= priority < 2**31
-    ):
-        raise ConfigError(f"priority must be a whole number between {-(2**31)} and {2**31 - 1}")
-    if unique_key is not None and not 1 <= len(unique_key) <= MAX_UNIQUE_KEY:
-        raise ConfigError(f"a unique key is 1 to {MAX_UNIQUE_KEY} characters")
-    if unique_key is not None and "\x00" in unique_key:
-        # PostgreSQL's text cannot hold it; refused on every backend alike.
-        raise ConfigError("a unique key cannot contain a NUL character")
-    try:
-        parse_duration(delay)
-    except ValueError as exc:
-        raise ConfigError(f"delay: {exc}") from None
 
 
 class MQ:
@@ -172,50 +149,14 @@ class MQ:
         At the first rejected item the messages before it are committed (and
         yielded), then InputRejected names the item; nothing after it is stored.
         """
-        fmt = self.queue(queue).format
-        wake = self.queue(queue).notify
-        _check_options(priority, unique_key, delay)
-        backend = self.backend
-        batch: list[bytes] = []
-        size = 0
-        stored = 0
-        check = payloads.checker(fmt)
-        fits = backend.payload_fits
-
-        def store(batch: list[bytes]) -> list[int | None]:
-            ids = backend.enqueue(
-                queue, batch, delay=delay, priority=priority, unique_key=unique_key, wake=wake
-            )
-            if not delay and any(i is not None for i in ids):
-                # Committed and ready: drains waiting on this host start it now.
-                wakeup.notify(slots.database_dir(self.config), queue)
-            return ids
-
-        try:
-            for label, data in items:
-                if not fits(data):
-                    raise PayloadTooLarge(
-                        f"{label} is {len(data)} bytes, more than the database accepts "
-                        f"in one message ({backend.max_payload} bytes)"
-                    )
-                if validate:
-                    try:
-                        check(data)
-                    except ValueError as exc:
-                        raise InputRejected(f"{label}: {exc} (queue {queue!r} is {fmt})") from None
-                batch.append(data)
-                size += len(data)
-                if len(batch) >= BATCH_MESSAGES or size >= BATCH_BYTES:
-                    yield store(batch)
-                    stored += len(batch)
-                    batch, size = [], 0
-        except InputRejected as exc:
-            if batch:
-                yield store(batch)
-                stored += len(batch)
-            raise type(exc)(f"{exc}\n{_stored_note(stored)}") from None
-        if batch:
-            yield store(batch)
+        config = self.queue(queue)
+        yield from produce.batches(
+            lambda: self.backend,
+            lambda: slots.database_dir(self.config),
+            queue,
+            items,
+            produce.Options(config.format, config.notify, delay, priority, unique_key, validate),
+        )
 
     # -- consuming --------------------------------------------------------
 
@@ -427,15 +368,6 @@ class MQ:
         return operate.purge(self.backend, queue, status, on_progress, force=force)
 
 
-def _stored_note(count: int) -> str:
-    if count == 0:
-        return "nothing was stored"
-    return (
-        f"the {count} message(s) before it were stored (their ids are printed); "
-        "it and everything after it were not"
-    )
-
-
 def connect(config: str | None = None, database: str | None = None) -> MQ:
     """An :class:`MQ` for a config file (or the lookup order) and/or a database URL."""
     return MQ(load_config(config, database))
@@ -463,7 +395,7 @@ def enqueue(
     """
     validate_queue_name(queue)
     validate_table_name(table)
-    _check_options(priority, unique_key, delay)
+    produce.check_options(priority, unique_key, delay)
     data = payloads.encode(payload, format)
     insert = dialects.for_connection(connection).insert_in_transaction
     return insert(connection, table, queue, data, delay, priority, unique_key, notify)

@@ -35,7 +35,7 @@ from mq_cli.backends.sqlfiles import load_queries
 
 BACKENDS = Path(mq_cli.backends.__file__).parent
 #: the PostgreSQL dialect's modules, whose Python may hold SQL text of its own
-PY_FILES = [BACKENDS / "postgres.py", *sorted(BACKENDS.glob("pg_*.py"))]
+PY_FILES = sorted((BACKENDS / "postgres").glob("*.py"))
 _STATEMENT = re.compile(r"\s*(SELECT|INSERT|UPDATE|DELETE|WITH) ")
 
 #: words followed by "(" that are syntax, not a call
@@ -62,7 +62,7 @@ PSEUDO = frozenset({
 
 
 def statements() -> dict[str, str]:
-    """{name: SQL} of everything mq sends to PostgreSQL: sql/postgres.sql's blocks, and
+    """{name: SQL} of everything mq sends to PostgreSQL: postgres/postgres.sql's blocks, and
     statement text written in the dialect's Python (not f-strings: those are messages)."""
     found = dict(load_queries("postgres"))
     for path in PY_FILES:
@@ -75,7 +75,7 @@ def statements() -> dict[str, str]:
                 and id(node) not in inside_f
                 and _STATEMENT.match(node.value)
             ):
-                found[f"{path.name}:{node.lineno}"] = node.value
+                found[f"postgres/{path.name}:{node.lineno}"] = node.value
     return found
 
 

@@ -1,7 +1,7 @@
 """A success's DELETE sent ahead (PostgreSQL): read before anything else, never lost.
 
 The drain sends it and reads its result at the next result, so its own work on
-that one overlaps the commit (mq_cli/backends/pg_inflight.py).
+that one overlaps the commit (mq_cli/backends/postgres/inflight.py).
 """
 
 from __future__ import annotations

@@ -121,7 +121,7 @@ def test_a_step_back_does_not_hide_a_fresh_message(sqlite_db, ran):
 def test_mariadb_server_clock_step_is_seen_through_the_session(mysql_db):
     """The same detection on MariaDB's clock: UTC_TIMESTAMP() of mq's own session moved."""
     from mq_cli.backends import open_backend
-    from mq_cli.backends.mysql import MysqlBackend
+    from mq_cli.backends.mysql.dialect import MysqlBackend
     from mq_cli.core.dburl import parse_database_url
     from mq_cli.drain import clock
 

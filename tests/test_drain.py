@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mq_cli.drain import loop
+from mq_cli.drain import waiting
 
 #: a bound that only a hang reaches (the seconds themselves are bench/'s business)
 HANG = 30.0
@@ -165,8 +165,8 @@ def test_a_waiting_drain_retries_when_the_backoff_ends_not_at_its_next_poll(
     # is the machine's business.
     # Backoff 0.8 s, then 1.6 s; a second message, failing once, adds a retry
     # due between the two. Five runs in all: --max-messages ends the drain.
-    monkeypatch.setattr(loop, "WAIT_POLL_MIN", 3600.0)
-    monkeypatch.setattr(loop, "WAIT_POLL_MAX", 3600.0)
+    monkeypatch.setattr(waiting, "WAIT_POLL_MIN", 3600.0)
+    monkeypatch.setattr(waiting, "WAIT_POLL_MAX", 3600.0)
     config(tmp_path, "defaults: {retry_delay: 0.8, max_errors: 5}\n")
     enqueue(db, "jobs", '{"fails": 2}', '{"fails": 1}')
     result = db.run(
@@ -323,10 +323,10 @@ def test_group_ack_deletes_a_batch_with_the_next_claim(db, ran, tmp_path, monkey
     """A batch's last group goes with the next claim (one commit on PostgreSQL);
     a drain that stops after a batch (--max-messages) deletes it on its own."""
     from mq_cli.backends.base import Backend
-    from mq_cli.backends.pg_claims import PgClaims
+    from mq_cli.backends.postgres import PostgresBackend
 
     calls: list[int] = []
-    for cls in (PgClaims, Backend):
+    for cls in (PostgresBackend, Backend):
         original = cls.claim_acking
 
         def spy(self, queue, limit, owner, done, original=original):

@@ -29,9 +29,8 @@ from mq_cli.runners.handlers import (
     MessageInfo,
     Outcome,
     current_message,
-    load,
-    resolve,
 )
+from mq_cli.runners.paths import load, resolve
 
 CREATED = datetime(2024, 5, 6, 7, 8, 9, tzinfo=timezone.utc)
 INFO = MessageInfo(id=1, queue="q", error_count=0, created_at=CREATED)
@@ -218,7 +217,7 @@ def test_a_handler_that_forks_and_exits_is_a_death_not_a_timeout(
     make, tmp_path, monkeypatch, timeout, pidfd
 ):
     if not pidfd:  # Linux before 5.3: the runner looks at the pid now and then
-        monkeypatch.setattr("mq_cli.runners.python._pidfd", lambda pid: -1)
+        monkeypatch.setattr("mq_cli.runners.worker._pidfd", lambda pid: -1)
     # Its child inherits the worker's end of our pipe, so no EOF comes while it
     # lives (15 s): the death must be seen from the worker's pid.
     runner = make("tests.handlers:forks_and_exits")

@@ -9,9 +9,9 @@ import re
 import pytest
 
 from mq_cli.backends import open_backend
-from mq_cli.backends.mysql import MysqlBackend
-from mq_cli.backends.postgres import PostgresBackend
-from mq_cli.backends.sqlite import SqliteBackend
+from mq_cli.backends.mysql.dialect import MysqlBackend
+from mq_cli.backends.postgres.dialect import PostgresBackend
+from mq_cli.backends.sqlite.dialect import SqliteBackend
 from mq_cli.core.dburl import parse_database_url
 
 

@@ -1,5 +1,5 @@
 """MariaDB's unique-key index: one that Galera can certify without making every
-write of a queue conflict (see the comment in sql/mysql.sql), and `mq init`
+write of a queue conflict (see the comment in mysql/mysql.sql), and `mq init`
 bringing a table of the earlier shape to it."""
 
 from __future__ import annotations

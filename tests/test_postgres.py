@@ -9,8 +9,9 @@ import threading
 import pytest
 from click.testing import CliRunner
 
-import mq_cli.backends.postgres as pg
-from mq_cli.backends import bloat, pg_schema
+import mq_cli.backends.postgres.dialect as pg
+from mq_cli.backends import bloat
+from mq_cli.backends.postgres import schema as pg_schema
 from mq_cli.cli.main import cli
 from mq_cli.core.dburl import parse_database_url
 from tests.conftest import _pg_connect

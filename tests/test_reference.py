@@ -19,7 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 from mq_cli.cli.main import cli
-from mq_cli.core.config import DATABASE_KEYS, TOP_KEYS, QueueConfig
+from mq_cli.core.config import TOP_KEYS, QueueConfig
+from mq_cli.core.dbconfig import DATABASE_KEYS
 from mq_cli.core.durations import parse_duration
 from mq_cli.core.keys import QUEUE_KEY_TABLE, QUEUE_KEYS
 

@@ -64,7 +64,7 @@ def test_init_refuses_another_table_in_the_first_schema_and_creates_nothing(pg_d
 
 
 def test_every_function_and_cast_in_mqs_statements_names_pg_catalog():
-    """sql/postgres.sql's blocks and the dialect's Python statements: a function
+    """postgres/postgres.sql's blocks and the dialect's Python statements: a function
     (or aggregate) called without pg_catalog, or a cast to a type neither a keyword
     nor pg_catalog's, fails here; the test below then covers any function added."""
     unpinned = []
@@ -82,7 +82,7 @@ def test_the_statement_reader_finds_calls_casts_and_operators():
     assert list(pg_capture.calls(sql)) == [("now", False), ("max", True)]
     assert list(pg_capture.casts(sql)) == [("int", True), ("bytea", True), ("text", False)]
     assert pg_capture.operators(sql) == {"=", "<=", "||"}
-    assert "pg_topology.py" in " ".join(pg_capture.statements())  # Python statements too
+    assert "postgres/topology.py" in " ".join(pg_capture.statements())  # Python statements too
 
 
 # -- nothing captured, whatever runs ----------------------------------------------
@@ -252,7 +252,7 @@ def test_no_schema_on_the_search_path_captures_a_call(pg_db: Db, tmp_path: Path,
 def test_mariadb_runs_its_own_functions_whatever_the_database_holds(mysql_db: Db, tmp_path):
     """MariaDB resolves a native function's name before any stored function (one of
     the same name is made, with a note, and runs only when called as db.name()),
-    and has no user-defined operators: sql/mysql.sql needs no qualifying. A stored
+    and has no user-defined operators: mysql/mysql.sql needs no qualifying. A stored
     function named after each function it calls stays uncalled."""
     import pymysql
 

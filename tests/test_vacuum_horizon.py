@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import mq_cli.backends.postgres as pg
+import mq_cli.backends.postgres.dialect as pg
 from tests import servers
 from tests.conftest import Db, cannot_run_here
 
@@ -105,7 +105,7 @@ def test_a_standby_a_slot_and_a_prepared_transaction_in_check_and_status(
 
     import psycopg
 
-    from mq_cli.backends import pg_horizon
+    from mq_cli.backends.postgres import horizon as pg_horizon
 
     # Copied into the standby by pg_basebackup (postgresql.auto.conf); a primary ignores
     # both. Feedback every second, so that the standby's xmin follows its queries.

@@ -4,7 +4,7 @@ same host (a FIFO in the lock directory), instead of at its next poll.
 The drain tests run the drain in this process with its polls pushed past the
 test (:func:`no_polls`): a message it starts can only have been woken for, and
 each enqueue waits until the drain sleeps in its wait (:class:`Sleeps`). What a
-wake-up takes in milliseconds is a figure (bench/latency.py; the tests print
+wake-up takes in milliseconds is a figure (bench/experiments/latency.py; the tests print
 theirs as FIGURES), not asserted here.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from mq_cli.drain import loop, wakeup
+from mq_cli.drain import waiting, wakeup
 
 #: a deadline that only a hang (here: a wake-up that never came) reaches
 HANG = 60.0
@@ -60,8 +60,8 @@ def test_the_fifo_of_a_dead_drain_is_tidied_by_the_next_producer(tmp_path):
 def no_polls(monkeypatch):
     """A waiting drain in this process polls once an hour: within a test, only a
     wake-up can make it claim again."""
-    monkeypatch.setattr(loop, "WAIT_POLL_MIN", 3600.0)
-    monkeypatch.setattr(loop, "WAIT_POLL_MAX", 3600.0)
+    monkeypatch.setattr(waiting, "WAIT_POLL_MIN", 3600.0)
+    monkeypatch.setattr(waiting, "WAIT_POLL_MAX", 3600.0)
 
 
 class Sleeps:

@@ -1,5 +1,6 @@
-"""Storage backends: one small interface (``base.Backend``), one module per database
-(found and registered by ``dialects``)."""
+"""Storage backends: one small interface (``base.Backend``), the SQL every dialect
+shares (the modules here), and one package per database (``sqlite/``, ``mysql/``,
+``postgres/``: found and registered by ``dialects``)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,16 @@
-"""The interface every backend implements, and the loader for its named SQL blocks."""
+"""The interface every backend implements: what it does itself (connect, enqueue,
+claim, acknowledge, liveness, wake-ups) and the parts it is composed of (parts.py)."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from collections.abc import Sequence
 from typing import Any
 
-from mq_cli.backends import liveness
+from mq_cli.backends import liveness, parts
+from mq_cli.backends.parts import by
 from mq_cli.backends.sqlfiles import load_queries, placeholders
-from mq_cli.backends.traits import Caps, Found, Shape
+from mq_cli.backends.traits import Caps, Found
 from mq_cli.core.models import ByIdResult, Message, QueueStats, Run, Slice
 from mq_cli.core.version import SCHEMA_VERSION
 
@@ -49,65 +50,14 @@ class Backend(ABC):
         """The columns of the unique-key index, in order ([] when it is missing)."""
         return []
 
-    @abstractmethod
-    def init_schema(self) -> list[str]:
-        """Create or migrate the table(s); idempotent. What was done, one line each."""
-
-    @abstractmethod
-    def table_shape(self) -> Shape | None:
-        """The queue table's columns and indexes as the database reports them; None if
-        there is no such table."""
-
-    @abstractmethod
-    def run_schema(self, name: str, params: Sequence[object] = ()) -> None:
-        """Run one named schema statement (DDL, the version record) on its own."""
-
-    @abstractmethod
-    def run_schema_statement(self, statement: str) -> None:
-        """Run one DDL statement of :meth:`ddl` on its own."""
-
-    @abstractmethod
-    def probe_write(self) -> None:
-        """Insert a row and roll it back: raises DatabaseError when writes would fail."""
-
     def integrity(self) -> list[str]:
         """Problems the database's own consistency check finds ([] when none, or none
         is cheap enough to run: only SQLite has one)."""
         return []
 
-    # -- the clock record (mq_cli/drain/clock.py decides what it means) ----------
-
-    @abstractmethod
-    def clock_read(
-        self, host_key: str
-    ) -> tuple[datetime, datetime | None, str | None, str | None, str | None]:
-        """The database's now, the newest message's created_at, and the meta values
-        clock_seen, clock_step and ``host_key``."""
-
-    @abstractmethod
-    def clock_step_read(self) -> tuple[datetime, str | None]:
-        """The database's now and the meta value clock_step (a read only)."""
-
-    @abstractmethod
-    def meta_put(self, values: dict[str, str]) -> None:
-        """Set meta rows, in one transaction."""
-
-    @abstractmethod
-    def meta_drop(self, names: Sequence[str]) -> int:
-        """Delete meta rows, in one transaction; how many there were."""
-
-    @abstractmethod
-    def clock_repair_back(self) -> int:
-        """Ready messages created in the future (before a step back): created now,
-        their delay kept. How many."""
-
     def unique_key_is_text(self) -> bool:
         """Whether unique_key still has the pre-version-1 text type (MySQL only)."""
         return False
-
-    @abstractmethod
-    def schema_version(self) -> int | None:
-        """The recorded schema version, or None when the schema is missing."""
 
     @abstractmethod
     def enqueue(
@@ -123,12 +73,6 @@ class Backend(ABC):
         """Store the payloads in one transaction; ids in order, None where skipped.
         ``wake``: tell waiting drains on other hosts, where the database can
         (PostgreSQL's NOTIFY)."""
-
-    @abstractmethod
-    def stats(
-        self, queue: str | None, stalled_after: Callable[[str], float]
-    ) -> dict[str, QueueStats]:
-        """Counts per queue (only queues that hold messages)."""
 
     # -- draining ---------------------------------------------------------
 
@@ -203,88 +147,6 @@ class Backend(ABC):
     def explain_claim(self, queue: str, limit: int) -> list[str]:
         """The database's plan for the claim query, one line per row."""
 
-    # -- operating (gc, list, show, retry, delete, purge) -------------------
-    #
-    # Messages come back without their payload (except from get_message), and
-    # tombstones (status 'done') are never seen. Methods that take ``ids``
-    # expect a bounded batch (callers pass at most OPERATE_BATCH); each call is
-    # its own short transaction.
-
-    @abstractmethod
-    def now(self) -> datetime:
-        """The database's clock, UTC (ages and "available in" are measured with it)."""
-
-    @abstractmethod
-    def queues_with_status(self, status: str) -> list[str]:
-        """The queues holding at least one message in ``status``."""
-
-    @abstractmethod
-    def list_messages(
-        self, queue: str, status: str | None, after_id: int, limit: int
-    ) -> list[Message]:
-        """Up to ``limit`` messages with id > ``after_id``, by id; ``status`` None: any live one."""
-
-    @abstractmethod
-    def find_stalled(
-        self, queue: str, older_than: float, after_id: int | None, limit: int
-    ) -> list[Message]:
-        """`processing` messages whose heartbeat is more than ``older_than`` seconds old:
-        by id after ``after_id``, or (``after_id`` None) any ``limit`` of them, cheapest first."""
-
-    def find_failed(self, queue: str, after_id: int | None, limit: int) -> list[Message]:
-        """`failed` messages: by id after ``after_id``, or (None) any ``limit`` of them."""
-        if after_id is None:
-            return self._messages("pick_failed", (queue, limit))
-        return self.list_messages(queue, "failed", after_id, limit)
-
-    @abstractmethod
-    def _messages(self, name: str, params: Sequence[object]) -> list[Message]:
-        """The rows a named query (its backend's SQL) returns, as Messages."""
-
-    @abstractmethod
-    def requeue_stalled(
-        self,
-        queue: str,
-        ids: Sequence[int],
-        older_than: float,
-        max_errors: int,
-        note: tuple[str, str],
-    ) -> tuple[list[int], list[int]]:
-        """Those of ``ids`` still stalled back to `ready` with error_count + 1, or to
-        `failed` when that reaches ``max_errors``; last_error = note[0] + owner + note[1].
-        One transaction: the rows still matching are locked, then exactly they change.
-        Returns (ids now ready, ids now failed)."""
-
-    @abstractmethod
-    def delete_stalled(self, queue: str, ids: Sequence[int], older_than: float) -> list[int]:
-        """Delete those of ``ids`` still stalled; the ids deleted."""
-
-    @abstractmethod
-    def requeue_failed(self, queue: str, ids: Sequence[int]) -> list[int]:
-        """Those of ``ids`` still `failed` back to `ready` now, error_count 0; their ids."""
-
-    @abstractmethod
-    def delete_failed(self, queue: str, ids: Sequence[int]) -> list[int]:
-        """Delete those of ``ids`` still `failed`; the ids deleted."""
-
-    @abstractmethod
-    def get_message(self, ident: int) -> Message | None:
-        """One live message with its payload, or None."""
-
-    @abstractmethod
-    def change_by_id(self, action: str, ids: Sequence[int], force: bool) -> ByIdResult:
-        """``action`` "retry" (ready now, error_count 0) or "delete" on ``ids``, in one
-        transaction; a `processing` message is refused unless ``force``."""
-
-    @abstractmethod
-    def last_id(self, queue: str) -> int | None:
-        """The highest id in ``queue`` (tombstones included), None when empty."""
-
-    @abstractmethod
-    def purge(self, queue: str, status: str | None, up_to_id: int, limit: int) -> int:
-        """Delete up to ``limit`` messages of ``queue`` with id <= ``up_to_id``: of
-        ``status``, or (None) every live one; status "done" deletes tombstones. How many."""
-
     def health(self) -> list[Found]:
         """(name, healthy, one line[, warn]) for what only this database can tell `mq
         check` (PostgreSQL: long transactions, dead rows piling up; every dialect: a
@@ -349,114 +211,90 @@ class Backend(ABC):
         """Make ``owner``'s `processing` messages of ``queue`` stalled now (its lock is
         free and held by the caller); how many."""
 
-    @abstractmethod
-    def owner_counts(self, queue: str, stalled_after: float) -> list[tuple[str | None, int, int]]:
-        """(owner, processing messages, of them with a heartbeat older than
-        ``stalled_after``) per owner of ``queue``'s `processing` messages."""
+    # -- the parts: each group below is one part's, documented in parts.py ----------
 
+    #: the schema and `mq init`:
+    @property
     @abstractmethod
-    def paused(self) -> dict[str, str]:
-        """{queue: since} for every paused queue."""
+    def schema(self) -> parts.SchemaPart: ...
 
+    init_schema = by("schema", parts.SchemaPart.init_schema)
+    table_shape = by("schema", parts.SchemaPart.table_shape)
+    run_schema = by("schema", parts.SchemaPart.run_schema)
+    run_schema_statement = by("schema", parts.SchemaPart.run_schema_statement)
+    probe_write = by("schema", parts.SchemaPart.probe_write)
+    schema_version = by("schema", parts.SchemaPart.schema_version)
+
+    #: the meta table: the clock record (mq_cli/drain/clock.py decides what it means) and the
+    #: pauses:
+    @property
     @abstractmethod
-    def drain_notes(self) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
-        """What a drain reads as it starts, in one query: ({queue: since} of paused
-        queues, {queue: (since, error)} of queues no drain could start)."""
+    def meta(self) -> parts.MetaPart: ...
 
+    clock_read = by("meta", parts.MetaPart.clock_read)
+    clock_step_read = by("meta", parts.MetaPart.clock_step_read)
+    meta_put = by("meta", parts.MetaPart.meta_put)
+    meta_drop = by("meta", parts.MetaPart.meta_drop)
+    clock_repair_back = by("meta", parts.MetaPart.clock_repair_back)
+    paused = by("meta", parts.MetaPart.paused)
+    drain_notes = by("meta", parts.MetaPart.drain_notes)
+    set_paused = by("meta", parts.MetaPart.set_paused)
+
+    #: what operators do and see (gc, list, show, retry, delete, purge). Messages come back
+    #: without their payload (except from get_message), tombstones are never seen, and
+    #: methods that take ``ids`` expect a bounded batch (at most OPERATE_BATCH), each its own
+    #: short transaction:
+    @property
     @abstractmethod
-    def set_paused(self, queue: str, paused: bool) -> bool:
-        """Pause or resume ``queue`` for every host; False when it already was so."""
+    def operate(self) -> parts.OperatePart: ...
 
-    # -- fleet limits (mq_cli/fleet.py, mq_cli/ratelimit.py) ------------------------
+    stats = by("operate", parts.OperatePart.stats)
+    now = by("operate", parts.OperatePart.now)
+    queues_with_status = by("operate", parts.OperatePart.queues_with_status)
+    list_messages = by("operate", parts.OperatePart.list_messages)
+    find_stalled = by("operate", parts.OperatePart.find_stalled)
+    find_failed = by("operate", parts.OperatePart.find_failed)
+    requeue_stalled = by("operate", parts.OperatePart.requeue_stalled)
+    delete_stalled = by("operate", parts.OperatePart.delete_stalled)
+    requeue_failed = by("operate", parts.OperatePart.requeue_failed)
+    delete_failed = by("operate", parts.OperatePart.delete_failed)
+    get_message = by("operate", parts.OperatePart.get_message)
+    change_by_id = by("operate", parts.OperatePart.change_by_id)
+    last_id = by("operate", parts.OperatePart.last_id)
+    purge = by("operate", parts.OperatePart.purge)
+    owner_counts = by("operate", parts.OperatePart.owner_counts)
+
+    #: the fleet limits' tables (mq_cli/drain/fleet.py, ratelimit.py):
+    @property
+    @abstractmethod
+    def limits(self) -> parts.LimitsPart: ...
+
+    limits_missing = by("limits", parts.LimitsPart.limits_missing)
+    slot_row_take = by("limits", parts.LimitsPart.slot_row_take)
+    slot_row_keep = by("limits", parts.LimitsPart.slot_row_keep)
+    slot_row_release = by("limits", parts.LimitsPart.slot_row_release)
+    slot_rows_in_use = by("limits", parts.LimitsPart.slot_rows_in_use)
+    rate_state = by("limits", parts.LimitsPart.rate_state)
+
+    #: the run log (mq_cli/drain/runlog.py; times: Unix seconds, the database's clock):
+    @property
+    @abstractmethod
+    def runlog(self) -> parts.RunLogPart: ...
+
+    runlog_access = by("runlog", parts.RunLogPart.runlog_access)
+    run_start = by("runlog", parts.RunLogPart.run_start)
+    run_update = by("runlog", parts.RunLogPart.run_update)
+    rollup_add = by("runlog", parts.RunLogPart.rollup_add)
+    runlog_purge = by("runlog", parts.RunLogPart.runlog_purge)
+    runs_live = by("runlog", parts.RunLogPart.runs_live)
+    runs_recent = by("runlog", parts.RunLogPart.runs_recent)
+    rollup_since = by("runlog", parts.RunLogPart.rollup_since)
+    rollup_totals = by("runlog", parts.RunLogPart.rollup_totals)
+    rollup_series = by("runlog", parts.RunLogPart.rollup_series)
+    held_by_owner = by("runlog", parts.RunLogPart.held_by_owner)
 
     #: the named statements that create the fleet limits' tables (`mq init`)
     limits_ddl: tuple[str, ...] = ()
-
-    @abstractmethod
-    def limits_missing(self) -> list[str]:
-        """The fleet limits' tables that do not exist."""
-
-    @abstractmethod
-    def slot_row_take(self, queue: str, slot: int, owner: str, stale_after: float) -> bool:
-        """Take slot row ``slot`` of ``queue`` if free or its heartbeat is older than
-        ``stale_after`` seconds; True when ``owner`` holds it now."""
-
-    @abstractmethod
-    def slot_row_keep(self, queue: str, slot: int, owner: str) -> bool:
-        """Refresh the heartbeat of a slot row ``owner`` holds; False when it lost it."""
-
-    @abstractmethod
-    def slot_row_release(self, queue: str, slot: int, owner: str) -> None:
-        """Free a slot row ``owner`` holds."""
-
-    @abstractmethod
-    def slot_rows_in_use(self, queue: str, slots: int, stale_after: float) -> int:
-        """How many of slot rows 0 .. ``slots`` - 1 have a fresh heartbeat."""
-
-    @abstractmethod
-    def rate_state(self, queue: str) -> tuple[float, float, float] | None:
-        """``queue``'s bucket: (per second, tokens now, seconds drains waited for
-        tokens); None when no drain used one yet."""
-
-    # -- the run log (mq_cli/drain/runlog.py; times: Unix seconds, the database's clock) --
-
-    @abstractmethod
-    def runlog_access(self) -> dict[str, str]:
-        """The run log's tables this user cannot read: {table: "missing" | "denied"}."""
-
-    @abstractmethod
-    def run_start(
-        self, owner: str, host: str, pid: int, queues: Sequence[str], queue: str, at: float
-    ) -> int:
-        """Record a drain run that started ``at``; its id."""
-
-    @abstractmethod
-    def run_update(
-        self,
-        run_id: int,
-        seen_at: float,
-        queue: str | None,
-        counts: tuple[int, int, int, int],
-        running: tuple[int | None, float | None] = (None, None),
-        ended: tuple[float, int] | None = None,
-    ) -> None:
-        """A run's counts (claimed, succeeded, failed, returned), the message it runs
-        now (id, since), and when it ended with which exit code."""
-
-    @abstractmethod
-    def rollup_add(self, rows: Sequence[tuple[object, ...]]) -> None:
-        """Store slices: (run_id, queue, start, end, done, failed, backlog, wait_sum,
-        duration_sum, wait_hist, duration_hist), in one transaction."""
-
-    @abstractmethod
-    def runlog_purge(self, before: float) -> int:
-        """Delete a bounded number of runs and slices older than ``before``; how many."""
-
-    @abstractmethod
-    def runs_live(self, seen_after: float) -> list[Run]:
-        """Runs not ended and seen since ``seen_after``, oldest first."""
-
-    @abstractmethod
-    def runs_recent(self, limit: int) -> list[Run]:
-        """The last ``limit`` runs, newest first."""
-
-    @abstractmethod
-    def rollup_since(self, since: float) -> list[Slice]:
-        """The slices (not backlog samples) that ended at or after ``since``."""
-
-    @abstractmethod
-    def rollup_totals(self) -> dict[str, tuple[int, int]]:
-        """{queue: (done, failed)} over the whole retained history."""
-
-    @abstractmethod
-    def rollup_series(
-        self, step: float, since: float
-    ) -> dict[str, list[tuple[float, int, int, int | None]]]:
-        """{queue: [(step start, done, failed, largest backlog sampled or None)]} since ``since``."""
-
-    @abstractmethod
-    def held_by_owner(self, queues: Iterable[str]) -> dict[str, int]:
-        """{owner: how many processing messages it holds} on ``queues``."""
 
     def listen(self, queue: str) -> int | None:
         """Be told of enqueues on ``queue`` from any host (PostgreSQL: LISTEN): the

@@ -6,7 +6,7 @@ until VACUUM removes it; on InnoDB and SQLite free space in the file, which the
 database reuses but never gives back by itself. And a table that changed many
 times over since its statistics were taken is planned from figures that no
 longer hold. Each dialect reads its own figures (statements in
-sql/<dialect>.sql); the judgement and the command that fixes each are here, so
+<dialect>/<dialect>.sql); the judgement and the command that fixes each are here, so
 the thresholds of the three sit side by side.
 
 A line is a warning (shown as `warn`, exit 0) when the fix is routine

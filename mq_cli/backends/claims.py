@@ -1,6 +1,7 @@
-"""Claims that verify what they took: what a claim does when its guarded mark
-changed fewer rows than it selected, and the test-only switch that makes claims
-race for the same rows (an engine whose SKIP LOCKED does not lock).
+"""Claims that verify what they took: the two-statement claim (select, then a
+guarded mark), what a claim does when its mark changed fewer rows than it
+selected, the claimed rows as Messages, and the test-only switch that makes
+claims race for the same rows (an engine whose SKIP LOCKED does not lock).
 """
 
 from __future__ import annotations
@@ -8,6 +9,13 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from mq_cli.backends.plumbing import Tx
+from mq_cli.backends.sqlops import as_text
+from mq_cli.core.models import Message
 
 log = logging.getLogger("mq")
 
@@ -43,3 +51,55 @@ def lost_race(queue: str, taken: int, selected: int) -> None:
         "queue %s: another drain marked %d of the %d message(s) this claim selected first; "
         "this claim runs only the %d it marked", queue, selected - taken, selected, taken,
     )  # fmt: skip
+
+
+def select_and_mark(
+    tx: Tx,
+    select: str,
+    with_ids: Callable[[str, Sequence[int]], str],
+    queue: str,
+    limit: int,
+    owner: str,
+) -> list[Any]:
+    """Select and mark, two statements in one transaction.
+
+    The mark is guarded (only rows still ready and free), and only the rows
+    it changed are returned: its row count says how many, and only when that
+    falls short of the rows selected does a third statement say which. A
+    claim that lost every row it selected looks again (each statement sees
+    what other claims committed meanwhile: READ COMMITTED, or SQLite's lock).
+    """
+    for _ in range(RACE_TRIES):
+        rows = tx.rows(select, (queue, limit))
+        if not rows:
+            return rows
+        ids = [row[0] for row in rows]
+        taken = tx.change(with_ids("claim_mark", ids), (owner, *ids))
+        if taken == len(rows):
+            return rows
+        lost_race(queue, taken, len(rows))
+        if taken:
+            mine = {row[0] for row in tx.rows(with_ids("owned", ids), (*ids, owner))}
+            return [row for row in rows if row[0] in mine]
+    return []
+
+
+def claimed(
+    rows: list[Any], owner: str, time_of: Callable[[Any], datetime | None]
+) -> list[Message]:
+    """A claim's rows (the claim columns of <dialect>/<dialect>.sql) as Messages."""
+    return [
+        Message(
+            id=int(row[0]),
+            queue=row[1],
+            status="processing",
+            priority=row[2],
+            error_count=row[3],
+            created_at=time_of(row[4]),  # type: ignore[arg-type]
+            available_at=time_of(row[5]),  # type: ignore[arg-type]
+            unique_key=as_text(row[6]),
+            payload=bytes(row[7]),
+            owner=owner,
+        )  # fmt: skip
+        for row in rows
+    ]

@@ -1,9 +1,9 @@
 """The registry of SQL dialects.
 
-A dialect is one module here, ``mq_cli/backends/<name>.py``, beside its
-statements in ``sql/<name>.sql``. Importing ``mq_cli.backends`` imports every
-module that has such a file (:func:`discover`); each ends by calling
-:func:`register` with its :class:`Dialect`: its URL form (schemes, parse,
+A dialect is one package here, ``mq_cli/backends/<name>/``, holding its
+statements in ``<name>.sql``. Importing ``mq_cli.backends`` imports every
+package that has such a file (:func:`discover`); each registers itself by
+calling :func:`register` with its :class:`Dialect`: its URL form (schemes, parse,
 describe: ``core.dburl.UrlForm``), how to open it, its DDL, its insert inside an
 application's transaction, and the DB-API modules whose connections that
 insert takes. What differs in behaviour is a capability of its Backend class
@@ -73,16 +73,16 @@ def register(dialect: Dialect) -> None:
 
 
 def discover() -> None:
-    """Import every dialect module: each ``<name>.py`` with a ``sql/<name>.sql`` in a
-    folder of ``sqlfiles.FOLDERS`` (this package's own, unless a test adds one)."""
+    """Import every dialect package: each ``<name>/`` with an ``__init__.py`` and a
+    ``<name>.sql`` in a folder of ``sqlfiles.FOLDERS`` (this package's own, unless a
+    test adds one)."""
     package = sys.modules[__package__ or ""]  # mq_cli.backends, being imported
     for folder in sqlfiles.FOLDERS:
         if folder not in package.__path__:
             package.__path__.append(folder)
-        sql = os.path.join(folder, "sql")
-        names = os.listdir(sql) if os.path.isdir(sql) else []
-        for name in sorted(n[: -len(".sql")] for n in names if n.endswith(".sql")):
-            if os.path.exists(os.path.join(folder, f"{name}.py")):
+        for name in sorted(os.listdir(folder)):
+            init = os.path.join(folder, name, "__init__.py")
+            if os.path.exists(sqlfiles.sql_file(folder, name)) and os.path.exists(init):
                 importlib.import_module(f"mq_cli.backends.{name}")
 
 

@@ -11,7 +11,7 @@ from mq_cli.backends.plumbing import Tx
 
 def initial_status(delay: float) -> str:
     """A new or retried message's status: 'delayed' until it is due (drains promote
-    it then: see create_due_index in sql/<dialect>.sql), else 'ready'."""
+    it then: see create_due_index in <dialect>/<dialect>.sql), else 'ready'."""
     return "delayed" if delay > 0 else "ready"
 
 

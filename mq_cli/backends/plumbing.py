@@ -1,20 +1,21 @@
-"""The plumbing every SQL backend helper works through, declared once.
+"""The narrow executor every part of an SQL backend works through, declared once.
 
-``Tx`` is a cursor inside a transaction; :class:`SqlPlumbing` is what the
-statements of the operators (sqlops.py), the run log (sqlrunlog.py) and the
-fleet limits (sqllimits.py) need from a backend: reads, autocommitted changes,
-transactions with deadlock retries, and the dialect's times. SqlBackend
-(sqlcore.py) implements it once and brings those helpers together.
+``Tx`` is a cursor inside a transaction; :class:`Executor` is what the parts
+(the schema, sqlschema.py; the meta table, meta.py; the operators'
+statements, sqlops.py; the fleet limits, sqllimits.py; the run log,
+sqlrunlog.py) need from a dialect: its named statements, reads, autocommitted
+changes, transactions with deadlock retries, and its times. SqlBackend
+(sqlcore.py) implements it once for every dialect and hands itself to each part;
+a part sees this much of it and no more.
 """
 
 from __future__ import annotations
 
-from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from mq_cli.backends.base import Backend
+from mq_cli.backends.traits import Caps
 
 T = TypeVar("T")
 
@@ -44,42 +45,37 @@ class Tx:
         return int(self.cursor.lastrowid)
 
 
-class SqlPlumbing(Backend):
-    """What sqlcore.SqlBackend provides to the statement helpers it is made of."""
+class Executor(Protocol):
+    """What a part of an SQL backend runs its statements through (the members keep
+    their underscore: they are the dialect's plumbing, not the Backend's interface)."""
 
-    #: the dialect's named statements (sql/<dialect>.sql) for this table
+    table: str
+    caps: Caps
+    #: the dialect's named statements (<dialect>/<dialect>.sql) for this table
     _sql: dict[str, str]
     #: the driver's parameter placeholder
     mark: str
 
-    @abstractmethod
     def _cursor(self) -> Any:
         """A new cursor on the connection."""
 
-    @abstractmethod
     def _rows(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
         """A read on its own (autocommitted)."""
 
-    @abstractmethod
     def _change(self, sql: str, params: Sequence[object]) -> int:
         """One autocommitted statement; deadlocks and lock waits are retried."""
 
-    @abstractmethod
     def _retried(self, run: Callable[[], T]) -> T:
         """``run()``, again after a deadlock or a lock wait."""
 
-    @abstractmethod
     def _transaction(self, body: Callable[[Tx], T]) -> T:
         """``body(tx)`` in a transaction, retried after a deadlock."""
 
-    @abstractmethod
     def _with_ids(self, name: str, ids: Sequence[int]) -> str:
         """The named statement with its ``{ids}`` placeholders for ``ids``."""
 
-    @abstractmethod
     def _time(self, value: Any) -> datetime | None:
         """A time as the driver returns it, as an aware UTC datetime."""
 
-    @abstractmethod
     def _shift(self, seconds: float) -> object:
         """The parameter for "the server's now plus ``seconds``" in this dialect's SQL."""

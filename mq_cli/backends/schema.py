@@ -12,7 +12,7 @@ Schema versions:
 - 0: a table made before the version was recorded (no meta row, or '0'). On
   MySQL its unique_key was utf8mb4 text, whose collation padded and folded keys.
 - 1: the version recorded; MySQL's unique index over (queue, unique_key).
-- 2: this layout (sql/<dialect>.sql, create_table). On MySQL the unique index
+- 2: this layout (<dialect>/<dialect>.sql, create_table). On MySQL the unique index
   is over unique_slot, CONCAT(queue, ':', unique_key), NULL without a key:
   Galera certifies every write by its unique index values, NULL parts
   included, so (queue, NULL) made every write of a queue conflict with every
@@ -42,7 +42,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mq_cli.backends.base import Backend, Shape
+from mq_cli.backends.base import Backend
+from mq_cli.backends.traits import Shape
 from mq_cli.core.errors import DatabaseError, SchemaMismatch, SchemaMissing
 from mq_cli.core.version import SCHEMA_VERSION
 

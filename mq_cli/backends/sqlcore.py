@@ -1,12 +1,15 @@
-"""What every SQL backend does the same way, over one narrow connector interface.
+"""What every SQL backend does the same way, over one narrow executor.
 
-A dialect (mysql.py, sqlite.py, postgres.py) brings the connection, its error
-mapping into mq's errors (:meth:`SqlBackend._wrap`), how to begin, commit and
-roll back, how a time and a duration travel as parameters, and how a batch of
-messages is inserted. Everything else is written once here: deadlock retries,
-owner-guarded acknowledgements, the clock reads, stats. The statements are the
-named blocks of sql/<dialect>.sql, the same names in each. The operators'
-batches are in sqlops.py, the schema and `mq init` in sqlschema.py.
+A dialect (sqlite/, mysql/, postgres/) brings the connection, its error mapping
+into mq's errors (:meth:`SqlBackend._wrap`), how to begin, commit and roll back,
+how a time and a duration travel as parameters, and how a batch of messages is
+inserted. On those, :class:`SqlBackend` is the executor (plumbing.py: reads,
+changes, transactions with deadlock retries) and does, once for every dialect,
+what the drain does: enqueue, claim, owner-guarded acknowledgements. The rest is
+its parts, each built on that executor: the schema and `mq init`
+(sqlschema.py), the meta table (meta.py), the operators' statements (sqlops.py),
+the fleet limits (sqllimits.py) and the run log (sqlrunlog.py). The statements
+are the named blocks of <dialect>/<dialect>.sql, the same names in each.
 """
 
 from __future__ import annotations
@@ -17,19 +20,19 @@ from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from functools import cached_property
 from typing import Any, TypeVar
 
-from mq_cli.backends import commits
-from mq_cli.backends.claims import (
-    RACE_TRIES,
-    lost_race,
-)
+from mq_cli.backends import commits, sqllimits, sqlrunlog
+from mq_cli.backends.base import Backend
+from mq_cli.backends.claims import claimed, select_and_mark
 from mq_cli.backends.inserts import initial_status
-from mq_cli.backends.meta import pause_key
+from mq_cli.backends.meta import SqlMeta
 from mq_cli.backends.plumbing import Tx
+from mq_cli.backends.schema import migrate
 from mq_cli.backends.sqlfiles import placeholders
 from mq_cli.backends.sqllimits import SqlLimits
-from mq_cli.backends.sqlops import SqlOperate, as_text
+from mq_cli.backends.sqlops import SqlOperate
 from mq_cli.backends.sqlrunlog import SqlRunLog
 from mq_cli.backends.sqlschema import SqlSchema
 from mq_cli.core.errors import Deadlock, MqError, SchemaMissing
@@ -55,10 +58,10 @@ def backoff(attempt: int) -> None:
     time.sleep(min(random.uniform(0.005, 0.05) * (attempt + 1), 0.5))
 
 
-class SqlBackend(SqlSchema, SqlOperate, SqlRunLog, SqlLimits):
+class SqlBackend(Backend):
     """The shared body of every SQL backend; a dialect subclasses it."""
 
-    #: the dialect's name: its sql/<dialect>.sql and its ``kind``
+    #: the dialect's name: its <dialect>/<dialect>.sql and its ``kind``
     dialect: str
     #: the placeholder of a bound value
     mark = "%s"
@@ -69,6 +72,45 @@ class SqlBackend(SqlSchema, SqlOperate, SqlRunLog, SqlLimits):
     _sql: dict[str, str]
     #: queue -> time.monotonic() of this connection's last promotion of it
     _promoted: dict[str, float]
+    #: the statements `mq init` runs on a fresh database, by name
+    ddl_names: tuple[str, ...] = ("create_table", "create_meta")
+    runlog_ddl: tuple[str, ...] = sqlrunlog.DDL
+    limits_ddl: tuple[str, ...] = sqllimits.DDL
+
+    # -- the parts, each on this executor (made at first use: a dialect's __init__
+    # -- opens the connection and calls no constructor of ours) -------------------
+
+    @cached_property
+    def schema(self) -> SqlSchema:
+        return SqlSchema(self)
+
+    @cached_property
+    def meta(self) -> SqlMeta:
+        return SqlMeta(self, self.now)
+
+    @cached_property
+    def operate(self) -> SqlOperate:
+        return SqlOperate(self, self.dead_owners)
+
+    @cached_property
+    def limits(self) -> SqlLimits:
+        return SqlLimits(self)
+
+    @cached_property
+    def runlog(self) -> SqlRunLog:
+        return SqlRunLog(self)
+
+    def ddl(self) -> list[str]:
+        return [self._sql[name] for name in self.ddl_names]
+
+    def _migrate(self) -> list[str]:
+        """What `mq init` does under its lock (a dialect may add to it)."""
+        return migrate(self)
+
+    def _schema_race(self, exc: BaseException) -> bool:
+        """Whether a driver error says another process made what init was making
+        (a table, a column, an index that exists, one to drop that does not)."""
+        return False
 
     # -- what a dialect provides ------------------------------------------------
 
@@ -100,6 +142,14 @@ class SqlBackend(SqlSchema, SqlOperate, SqlRunLog, SqlLimits):
         """Insert the messages inside ``tx``; ids in order, None where skipped.
         ``status``: 'ready', or 'delayed' for messages not due yet (see :func:`initial_status`)."""
 
+    @abstractmethod
+    def _time(self, value: Any) -> datetime | None:
+        """A time as the driver returns it, as an aware UTC datetime."""
+
+    @abstractmethod
+    def _shift(self, seconds: float) -> object:
+        """The parameter for "the server's now plus ``seconds``" in this dialect's SQL."""
+
     def _cursor(self) -> Any:
         return self.conn.cursor()
 
@@ -118,8 +168,8 @@ class SqlBackend(SqlSchema, SqlOperate, SqlRunLog, SqlLimits):
         with self._errors():
             cursor = self._cursor()
             try:
-                if self._schema_tx:
-                    return self._guarded_read(cursor, sql, params)
+                if self.schema.in_transaction:
+                    return self.schema.guarded_read(cursor, sql, params)
                 cursor.execute(sql, params)
                 return list(cursor.fetchall())
             finally:
@@ -139,7 +189,7 @@ class SqlBackend(SqlSchema, SqlOperate, SqlRunLog, SqlLimits):
         return self._retried(lambda: Tx(self._cursor()).rows(sql, params))
 
     def _retried(self, run: Callable[[], T]) -> T:
-        retries = 0 if self._schema_tx else self.retries  # see sqlschema.SqlSchema
+        retries = 0 if self.schema.in_transaction else self.retries  # see sqlschema.py
         for attempt in range(retries + 1):
             try:
                 with self._errors():
@@ -181,60 +231,6 @@ class SqlBackend(SqlSchema, SqlOperate, SqlRunLog, SqlLimits):
         return self._sql[name].replace("{ids}", placeholders(len(ids), self.mark))
 
     # -- the clock record (mq_cli/drain/clock.py decides what it means) ----------------
-
-    def clock_read(
-        self, host_key: str
-    ) -> tuple[datetime, datetime | None, str | None, str | None, str | None]:
-        now, newest, seen, step, host = self._rows(self._sql["clock_read"], (host_key,))[0]
-        return self._time(now), self._time(newest), seen, step, host  # type: ignore[return-value]
-
-    def clock_step_read(self) -> tuple[datetime, str | None]:
-        now, step = self._rows(self._sql["clock_step"])[0]
-        return self._time(now), step  # type: ignore[return-value]
-
-    def meta_put(self, values: dict[str, str]) -> None:
-        def body(tx: Tx) -> None:
-            for pair in values.items():
-                tx.change(self._sql["meta_put"], pair)
-
-        self._transaction(body)
-
-    def meta_drop(self, names: Sequence[str]) -> int:
-        def body(tx: Tx) -> int:
-            return sum(tx.change(self._sql["meta_delete"], (name,)) for name in names)
-
-        return self._transaction(body)
-
-    # -- pauses (in the meta table, so they hold for every host) ---------------
-
-    def paused(self) -> dict[str, str]:
-        """{queue: since} for every paused queue (since: the database's time, text)."""
-        return self.drain_notes()[0]
-
-    def drain_notes(self) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
-        found: dict[str, str] = {}
-        stuck: dict[str, tuple[str, str]] = {}
-        for name, value in self._rows(self._sql["meta_notes"]):
-            since, _, rest = str(value).partition("|")
-            if str(name).startswith("paused"):
-                found[rest] = since
-            else:
-                queue, _, error = rest.partition("|")
-                stuck[queue] = (since, error)
-        return found, stuck
-
-    def set_paused(self, queue: str, paused: bool) -> bool:
-        """Pause or resume ``queue``; False when it already was so."""
-        name = pause_key(queue)
-        if not paused:
-            return self._transaction(lambda tx: tx.change(self._sql["meta_delete"], (name,))) > 0
-        if queue in self.paused():
-            return False
-        self.meta_put({name: f"{self.now().isoformat(timespec='seconds')}|{queue}"})
-        return True
-
-    def clock_repair_back(self) -> int:
-        return self._transaction(lambda tx: tx.change(self._sql["clock_repair_back"]))
 
     # -- producing --------------------------------------------------------------
 
@@ -286,28 +282,9 @@ class SqlBackend(SqlSchema, SqlOperate, SqlRunLog, SqlLimits):
     # -- draining ---------------------------------------------------------------
 
     def _claim_rows(self, tx: Tx, queue: str, limit: int, owner: str) -> list[Any]:
-        """Select and mark, two statements in one transaction (PostgreSQL: one).
-
-        The mark is guarded (only rows still ready and free), and only the rows
-        it changed are returned: its row count says how many, and only when that
-        falls short of the rows selected does a third statement say which. A
-        claim that lost every row it selected looks again (each statement sees
-        what other claims committed meanwhile: READ COMMITTED, or SQLite's lock).
-        """
-        for _ in range(RACE_TRIES):
-            rows = tx.rows(self._sql[self._claim_select()], (queue, limit))
-            if not rows:
-                return rows
-            ids = [row[0] for row in rows]
-            taken = tx.change(self._with_ids("claim_mark", ids), (owner, *ids))
-            if taken == len(rows):
-                return rows
-            lost_race(queue, taken, len(rows))
-            if taken:
-                statement = self._with_ids("owned", ids)
-                mine = {row[0] for row in tx.rows(statement, (*ids, owner))}
-                return [row for row in rows if row[0] in mine]
-        return []
+        """Select and mark in ``tx`` (claims.select_and_mark; PostgreSQL: one statement)."""
+        select = self._sql[self._claim_select()]
+        return select_and_mark(tx, select, self._with_ids, queue, limit, owner)
 
     def _claim_select(self) -> str:
         return "claim_select"
@@ -345,11 +322,11 @@ class SqlBackend(SqlSchema, SqlOperate, SqlRunLog, SqlLimits):
         self, queue: str, limit: int, owner: str, per_second: float, slept: float
     ) -> tuple[list[Message], float | None]:
         def body(tx: Tx, want: int, slept: float) -> tuple[list[Any], float | None]:
-            granted, left = self._take_tokens(tx, queue, want, per_second, slept)
+            granted, left = self.limits.take_tokens(tx, queue, want, per_second, slept)
             rows = self._claim_rows(tx, queue, granted, owner) if granted else []
             if len(rows) < granted:
-                self._refund_tokens(tx, queue, granted - len(rows))
-            if granted or not self._ready_exists(tx, queue):
+                self.limits.refund_tokens(tx, queue, granted - len(rows))
+            if granted or not self.limits.ready_exists(tx, queue):
                 return rows, None
             return rows, max(1.0 - left, 0.0) / per_second
 
@@ -361,22 +338,7 @@ class SqlBackend(SqlSchema, SqlOperate, SqlRunLog, SqlLimits):
         return self._messages_of(rows, owner), throttled
 
     def _messages_of(self, rows: list[Any], owner: str) -> list[Message]:
-        time_of = self._time
-        return [
-            Message(
-                id=int(row[0]),
-                queue=row[1],
-                status="processing",
-                priority=row[2],
-                error_count=row[3],
-                created_at=time_of(row[4]),  # type: ignore[arg-type]
-                available_at=time_of(row[5]),  # type: ignore[arg-type]
-                unique_key=as_text(row[6]),
-                payload=bytes(row[7]),
-                owner=owner,
-            )  # fmt: skip
-            for row in rows
-        ]
+        return claimed(rows, owner, self._time)
 
     def ack_success(self, message: Message, owner: str, retention: float = 0.0) -> bool:
         if retention > 0 and message.unique_key is not None:

@@ -1,4 +1,4 @@
-"""The dialects' SQL files (sql/<dialect>.sql): named blocks loaded into a dict,
+"""The dialects' SQL files (<dialect>/<dialect>.sql): named blocks loaded into a dict,
 and the placeholders of a list of values.
 """
 
@@ -19,17 +19,22 @@ def placeholders(count: int, mark: str) -> str:
 _HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
-#: where dialect modules and their sql/<dialect>.sql are: this package's folder (a
-#: test adds one with a dialect of its own; dialects.discover puts it on __path__)
+#: where the dialect packages (<dialect>/, with its <dialect>.sql) are: this package's
+#: folder (a test adds one with a dialect of its own; dialects.discover puts it on __path__)
 FOLDERS = [os.path.dirname(os.path.abspath(__file__))]
 
 
+def sql_file(folder: str, dialect: str) -> str:
+    """Where the package of ``dialect`` in ``folder`` keeps its statements."""
+    return os.path.join(folder, dialect, f"{dialect}.sql")
+
+
 def _read_sql(dialect: str) -> str:
-    # A plain file beside the dialect's module (package data); importlib.resources
+    # A plain file in the dialect's package (package data); importlib.resources
     # would add ~8 ms to every cold start of the CLI.
     path = next(
-        (p for f in FOLDERS if os.path.exists(p := os.path.join(f, "sql", f"{dialect}.sql"))),
-        os.path.join(FOLDERS[0], "sql", f"{dialect}.sql"),
+        (p for f in FOLDERS if os.path.exists(p := sql_file(f, dialect))),
+        sql_file(FOLDERS[0], dialect),
     )
     with open(path, encoding="utf-8") as handle:
         return handle.read()
@@ -37,7 +42,7 @@ def _read_sql(dialect: str) -> str:
 
 @cache
 def load_queries(dialect: str) -> dict[str, str]:
-    """The ``-- name: x`` blocks of ``sql/<dialect>.sql`` as {name: statement}."""
+    """The ``-- name: x`` blocks of ``<dialect>/<dialect>.sql`` as {name: statement}."""
     text = _read_sql(dialect)
     parts = _HEADER.split(text)
     queries: dict[str, str] = {}

@@ -2,7 +2,7 @@
 rate_limit's token buckets (mq_cli/fleet.py and mq_cli/ratelimit.py decide what
 they mean).
 
-A mixin of :class:`~mq_cli.backends.sqlcore.SqlBackend`, like sqlrunlog.py. The
+A part of every SQL backend (parts.LimitsPart), like sqlrunlog.py. The
 tables are ``{table}_slots`` (a row per slot, for a fleet without shared session
 locks) and ``{table}_rates`` (a bucket per queue); `mq init` makes them. Their
 times are Unix seconds of the database's clock.
@@ -12,39 +12,44 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from mq_cli.backends.plumbing import SqlPlumbing, Tx
+from mq_cli.backends.plumbing import Executor, Tx
 
 T = TypeVar("T")
 
+#: the tables' DDL (named blocks), for `mq init`
+DDL = ("create_slots", "create_rates")
 
-class SqlLimits(SqlPlumbing):
-    """Slot rows and token buckets over the plumbing SqlBackend provides."""
 
-    #: the tables' DDL (named blocks), for `mq init`
-    limits_ddl: tuple[str, ...] = ("create_slots", "create_rates")
+class SqlLimits:
+    """Slot rows and token buckets (parts.LimitsPart) over a dialect's executor."""
+
+    def __init__(self, db: Executor) -> None:
+        self.db = db
 
     def limits_missing(self) -> list[str]:
-        tables = (f"{self.table}_slots", f"{self.table}_rates")
-        return [name for name in tables if not self._rows(self._sql["table_columns"], (name,))]
+        tables = (f"{self.db.table}_slots", f"{self.db.table}_rates")
+        return [
+            name for name in tables if not self.db._rows(self.db._sql["table_columns"], (name,))
+        ]
 
     # -- max_drains without session locks: a row per slot, with a heartbeat ----------
 
     def slot_row_take(self, queue: str, slot: int, owner: str, stale_after: float) -> bool:
-        self._change(self._sql["slot_seed"], (queue, slot))
-        return self._change(self._sql["slot_take"], (owner, queue, slot, stale_after)) == 1
+        self.db._change(self.db._sql["slot_seed"], (queue, slot))
+        return self.db._change(self.db._sql["slot_take"], (owner, queue, slot, stale_after)) == 1
 
     def slot_row_keep(self, queue: str, slot: int, owner: str) -> bool:
-        return self._change(self._sql["slot_keep"], (queue, slot, owner)) == 1
+        return self.db._change(self.db._sql["slot_keep"], (queue, slot, owner)) == 1
 
     def slot_row_release(self, queue: str, slot: int, owner: str) -> None:
-        self._change(self._sql["slot_release"], (queue, slot, owner))
+        self.db._change(self.db._sql["slot_release"], (queue, slot, owner))
 
     def slot_rows_in_use(self, queue: str, slots: int, stale_after: float) -> int:
-        return int(self._rows(self._sql["slots_in_use"], (queue, slots, stale_after))[0][0])
+        return int(self.db._rows(self.db._sql["slots_in_use"], (queue, slots, stale_after))[0][0])
 
     # -- rate_limit: a token bucket per queue -------------------------------------------
 
-    def _take_tokens(
+    def take_tokens(
         self, tx: Tx, queue: str, want: int, per_second: float, slept: float
     ) -> tuple[int, float]:
         """Inside the claim's transaction: up to ``want`` tokens; (granted, tokens left).
@@ -55,20 +60,20 @@ class SqlLimits(SqlPlumbing):
             "queue": queue, "rate": per_second, "tokens0": cap - first, "grant0": first,
             "slept": slept, "want": want, "cap": cap,
         }  # fmt: skip
-        rows = tx.rows(self._sql["rate_take"], params)  # type: ignore[arg-type]
+        rows = tx.rows(self.db._sql["rate_take"], params)  # type: ignore[arg-type]
         if not rows:  # MySQL: no RETURNING; this transaction holds the row's lock
-            rows = tx.rows(self._sql["rate_read"], (queue,))
+            rows = tx.rows(self.db._sql["rate_read"], (queue,))
         return int(rows[0][0]), float(rows[0][1])
 
-    def _refund_tokens(self, tx: Tx, queue: str, tokens: int) -> None:
-        tx.change(self._sql["rate_refund"], (tokens, queue))
+    def refund_tokens(self, tx: Tx, queue: str, tokens: int) -> None:
+        tx.change(self.db._sql["rate_refund"], (tokens, queue))
 
-    def _ready_exists(self, tx: Tx, queue: str) -> bool:
-        return bool(tx.rows(self._sql["ready_exists"], (queue, queue)))
+    def ready_exists(self, tx: Tx, queue: str) -> bool:
+        return bool(tx.rows(self.db._sql["ready_exists"], (queue, queue)))
 
     def rate_state(self, queue: str) -> tuple[float, float, float] | None:
         """(per second, tokens now, seconds drains waited for tokens) or None."""
-        rows = self._rows(self._sql["rate_state"], (queue,))
+        rows = self.db._rows(self.db._sql["rate_state"], (queue,))
         if not rows:
             return None
         return float(rows[0][0]), float(rows[0][1]), float(rows[0][2])

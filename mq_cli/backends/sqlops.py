@@ -1,9 +1,9 @@
 """The operators' statements of every SQL backend: gc, list, show, retry, delete, purge.
 
-A mixin of :class:`~mq_cli.backends.sqlcore.SqlBackend`, which brings the
-connection, the retries and the dialect's time parameters; sqlcore.py keeps
-the plumbing, producing and draining. Each dialect's statements are in
-sql/<dialect>.sql with the rest.
+A part of every SQL backend (parts.OperatePart), over the dialect's executor
+(plumbing.py), which brings the connection, the retries and the dialect's time
+parameters; sqlcore.py keeps producing and draining. Each dialect's statements are in
+<dialect>/<dialect>.sql with the rest.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from mq_cli.backends.plumbing import SqlPlumbing, Tx
+from mq_cli.backends.plumbing import Executor, Tx
 from mq_cli.core.models import ByIdResult, Message, QueueStats
 
 T = TypeVar("T")
@@ -30,7 +30,7 @@ def as_text(value: bytes | str | None) -> str | None:
 
 def shown_status(stored: str) -> str:
     """The status a message has for users: a 'delayed' row (not due yet when it was
-    stored, see create_due_index in sql/<dialect>.sql) is a ready message."""
+    stored, see create_due_index in <dialect>/<dialect>.sql) is a ready message."""
     return "ready" if stored == "delayed" else stored
 
 
@@ -39,34 +39,45 @@ def stored_statuses(status: str) -> tuple[str, str]:
     return (status, "delayed") if status == "ready" else (status, status)
 
 
-class SqlOperate(SqlPlumbing):
-    """Operator methods over the plumbing SqlBackend provides."""
+class SqlOperate:
+    """The operators' statements (parts.OperatePart) over a dialect's executor."""
+
+    def __init__(self, db: Executor, dead_owners: Callable[[list[str | None]], set[str]]) -> None:
+        self.db = db
+        #: which owners' drains are gone, as their locks say (liveness.py)
+        self.dead_owners = dead_owners
+
+    def find_failed(self, queue: str, after_id: int | None, limit: int) -> list[Message]:
+        if after_id is None:
+            return self._messages("pick_failed", (queue, limit))
+        return self.list_messages(queue, "failed", after_id, limit)
 
     def _messages(self, name: str, params: Sequence[object]) -> list[Message]:
-        return [self._listed(row) for row in self._rows(self._sql[name], params)]
+        """The rows a named query returns, as Messages."""
+        return [self._listed(row) for row in self.db._rows(self.db._sql[name], params)]
 
     def _listed(self, row: Sequence[Any], payload: bytes | None = None) -> Message:
-        """A Message from the "listed" columns (see sql/<dialect>.sql)."""
+        """A Message from the "listed" columns (see <dialect>/<dialect>.sql)."""
         return Message(
             id=int(row[0]),
             queue=str(row[1]),
             status=shown_status(str(row[2])),
             priority=int(row[3]),
             error_count=int(row[4]),
-            created_at=self._time(row[5]),  # type: ignore[arg-type]
-            available_at=self._time(row[6]),  # type: ignore[arg-type]
+            created_at=self.db._time(row[5]),  # type: ignore[arg-type]
+            available_at=self.db._time(row[6]),  # type: ignore[arg-type]
             unique_key=as_text(row[7]),
             last_error=row[8],
             owner=row[9],
-            heartbeat_at=self._time(row[10]),
+            heartbeat_at=self.db._time(row[10]),
             payload=payload,
         )
 
     def now(self) -> datetime:
-        return self._time(self._rows(self._sql["now"])[0][0])  # type: ignore[return-value]
+        return self.db._time(self.db._rows(self.db._sql["now"])[0][0])  # type: ignore[return-value]
 
     def queues_with_status(self, status: str) -> list[str]:
-        rows = self._rows(self._sql["queues_with_status"], stored_statuses(status))
+        rows = self.db._rows(self.db._sql["queues_with_status"], stored_statuses(status))
         return [str(row[0]) for row in rows]
 
     def list_messages(
@@ -79,7 +90,7 @@ class SqlOperate(SqlPlumbing):
     def find_stalled(
         self, queue: str, older_than: float, after_id: int | None, limit: int
     ) -> list[Message]:
-        bound = self._shift(-older_than)
+        bound = self.db._shift(-older_than)
         if after_id is None:
             return self._messages("pick_stalled", (queue, bound, limit))
         return self._messages("find_stalled", (queue, bound, after_id, limit))
@@ -94,10 +105,10 @@ class SqlOperate(SqlPlumbing):
     ) -> tuple[list[int], list[int]]:
         if not ids:
             return [], []
-        bound = self._shift(-older_than)
+        bound = self.db._shift(-older_than)
 
         def body(tx: Tx) -> tuple[list[int], list[int]]:
-            found = tx.rows(self._with_ids("lock_stalled", ids), (*ids, queue, bound))
+            found = tx.rows(self.db._with_ids("lock_stalled", ids), (*ids, queue, bound))
             ready = [int(row[0]) for row in found if row[1] + 1 < max_errors]
             failed = [int(row[0]) for row in found if row[1] + 1 >= max_errors]
             for name, chosen in (
@@ -106,10 +117,10 @@ class SqlOperate(SqlPlumbing):
             ):
                 if chosen:
                     params = (*note, *chosen, queue, bound, max_errors)
-                    tx.change(self._with_ids(name, chosen), params)
+                    tx.change(self.db._with_ids(name, chosen), params)
             return ready, failed
 
-        return self._transaction(body)
+        return self.db._transaction(body)
 
     def _locked_change(
         self, lock: str, change: str, ids: Sequence[int], extra: Sequence[object]
@@ -119,15 +130,15 @@ class SqlOperate(SqlPlumbing):
             return []
 
         def body(tx: Tx) -> list[int]:
-            chosen = [int(row[0]) for row in tx.rows(self._with_ids(lock, ids), (*ids, *extra))]
+            chosen = [int(row[0]) for row in tx.rows(self.db._with_ids(lock, ids), (*ids, *extra))]
             if chosen:
-                tx.change(self._with_ids(change, chosen), (*chosen, *extra))
+                tx.change(self.db._with_ids(change, chosen), (*chosen, *extra))
             return chosen
 
-        return self._transaction(body)
+        return self.db._transaction(body)
 
     def delete_stalled(self, queue: str, ids: Sequence[int], older_than: float) -> list[int]:
-        bound = self._shift(-older_than)
+        bound = self.db._shift(-older_than)
         return self._locked_change("lock_stalled", "delete_stalled", ids, (queue, bound))
 
     def requeue_failed(self, queue: str, ids: Sequence[int]) -> list[int]:
@@ -139,7 +150,7 @@ class SqlOperate(SqlPlumbing):
     def get_message(self, ident: int) -> Message | None:
         if not 0 < ident <= MAX_ID:
             return None
-        rows = self._rows(self._sql["get_message"], (ident,))
+        rows = self.db._rows(self.db._sql["get_message"], (ident,))
         return self._listed(rows[0][:11], payload=bytes(rows[0][11])) if rows else None
 
     def change_by_id(self, action: str, ids: Sequence[int], force: bool) -> ByIdResult:
@@ -150,7 +161,7 @@ class SqlOperate(SqlPlumbing):
 
         def body(tx: Tx) -> ByIdResult:
             result = ByIdResult()  # afresh on each try: a deadlock retry runs it again
-            locked = tx.rows(self._with_ids("lock_ids", real), real) if real else []
+            locked = tx.rows(self.db._with_ids("lock_ids", real), real) if real else []
             found = {row[0]: (row[1], row[2]) for row in locked}
             for ident in dict.fromkeys(ids):
                 if ident not in found:
@@ -160,32 +171,32 @@ class SqlOperate(SqlPlumbing):
                 else:
                     result.done.append(ident)
             if result.done:
-                tx.change(self._with_ids(f"{action}_ids", result.done), result.done)
+                tx.change(self.db._with_ids(f"{action}_ids", result.done), result.done)
             return result
 
-        return self._transaction(body)
+        return self.db._transaction(body)
 
     def last_id(self, queue: str) -> int | None:
-        found = self._rows(self._sql["last_id"], (queue,))[0][0]
+        found = self.db._rows(self.db._sql["last_id"], (queue,))[0][0]
         return None if found is None else int(found)
 
     def purge(self, queue: str, status: str | None, up_to_id: int, limit: int) -> int:
         if status is None:
-            return self._change(self._sql["purge_live"], (queue, up_to_id, limit))
+            return self.db._change(self.db._sql["purge_live"], (queue, up_to_id, limit))
         params = (queue, *stored_statuses(status), up_to_id, limit)
-        return self._change(self._sql["purge_status"], params)
+        return self.db._change(self.db._sql["purge_status"], params)
 
     def owner_counts(self, queue: str, stalled_after: float) -> list[tuple[str | None, int, int]]:
-        rows = self._rows(self._sql["owner_counts"], (self._shift(-stalled_after), queue))
+        rows = self.db._rows(self.db._sql["owner_counts"], (self.db._shift(-stalled_after), queue))
         return [(row[0], int(row[1]), int(row[2] or 0)) for row in rows]
 
     def stats(
         self, queue: str | None, stalled_after: Callable[[str], float]
     ) -> dict[str, QueueStats]:
-        where = f"AND queue = {self.mark}" if queue else ""
+        where = f"AND queue = {self.db.mark}" if queue else ""
         result: dict[str, QueueStats] = {}
-        rows = self._rows(
-            self._sql["stats"].replace("{queue_filter}", where), (queue,) if queue else ()
+        rows = self.db._rows(
+            self.db._sql["stats"].replace("{queue_filter}", where), (queue,) if queue else ()
         )
         for name, ready, delayed, processing, failed, oldest in rows:
             stalled = 0

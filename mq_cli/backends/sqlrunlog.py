@@ -1,9 +1,9 @@
 """The run log's statements for every SQL backend (mq_cli/drain/runlog.py decides what they mean).
 
-A mixin of :class:`~mq_cli.backends.sqlcore.SqlBackend`, like sqlops.py. The
+A part of every SQL backend (parts.RunLogPart), like sqlops.py. The
 tables are ``{table}_runs`` (one row per drain run) and ``{table}_rollup``
 (per run, queue and time slice: counts and histograms); their statements are
-in sql/<dialect>.sql with the rest. Times are Unix seconds (floats) of the
+in <dialect>/<dialect>.sql with the rest. Times are Unix seconds (floats) of the
 database's clock, as the drain measured them.
 """
 
@@ -12,20 +12,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
-from mq_cli.backends.plumbing import SqlPlumbing, Tx
+from mq_cli.backends.plumbing import Executor, Tx
 from mq_cli.core.errors import PermissionDenied, SchemaMissing
 from mq_cli.core.models import Run, Slice
 
 T = TypeVar("T")
 
+#: the run log's DDL (named blocks), for `mq init` and the migration to version 3
+DDL = ("create_runs", "create_runs_index", "create_rollup", "create_rollup_index")
 
-class SqlRunLog(SqlPlumbing):
-    """Run-log reads and writes over the plumbing SqlBackend provides."""
 
-    #: the run log's DDL (named blocks), for `mq init` and the migration to version 3
-    runlog_ddl: tuple[str, ...] = (
-        "create_runs", "create_runs_index", "create_rollup", "create_rollup_index",
-    )  # fmt: skip
+class SqlRunLog:
+    """The run log's reads and writes (parts.RunLogPart) over a dialect's executor."""
+
+    def __init__(self, db: Executor) -> None:
+        self.db = db
 
     def runlog_access(self) -> dict[str, str]:
         # Read, not looked up: a catalog hides a table from a user without privileges
@@ -34,18 +35,20 @@ class SqlRunLog(SqlPlumbing):
         found = {}
         for name, probe in (("runs", "runs_probe"), ("rollup", "rollup_probe")):
             try:
-                self._rows(self._sql[probe])
+                self.db._rows(self.db._sql[probe])
             except SchemaMissing:
-                found[f"{self.table}_{name}"] = "missing"
+                found[f"{self.db.table}_{name}"] = "missing"
             except PermissionDenied:
-                found[f"{self.table}_{name}"] = "denied"
+                found[f"{self.db.table}_{name}"] = "denied"
         return found
 
     def run_start(
         self, owner: str, host: str, pid: int, queues: Sequence[str], queue: str, at: float
     ) -> int:
         params = (owner, host[:255], pid, ",".join(queues), queue, at, at)
-        ident = self._retried(lambda: Tx(self._cursor()).insert(self._sql["runs_insert"], params))
+        ident = self.db._retried(
+            lambda: Tx(self.db._cursor()).insert(self.db._sql["runs_insert"], params)
+        )
         assert ident is not None
         return ident
 
@@ -60,43 +63,43 @@ class SqlRunLog(SqlPlumbing):
     ) -> None:
         ended_at, exit_code = ended if ended else (None, None)
         params = (seen_at, ended_at, exit_code, queue, *counts, *running, run_id)
-        self._change(self._sql["runs_update"], params)
+        self.db._change(self.db._sql["runs_update"], params)
 
     def rollup_add(self, rows: Sequence[tuple[object, ...]]) -> None:
         def body(tx: Tx) -> None:
             for row in rows:
-                tx.change(self._sql["rollup_insert"], row)
+                tx.change(self.db._sql["rollup_insert"], row)
 
         if rows:
-            self._transaction(body)
+            self.db._transaction(body)
 
     def runlog_purge(self, before: float) -> int:
-        deleted = self._change(self._sql["rollup_purge"], (before,))
-        return deleted + self._change(self._sql["runs_purge"], (before,))
+        deleted = self.db._change(self.db._sql["rollup_purge"], (before,))
+        return deleted + self.db._change(self.db._sql["runs_purge"], (before,))
 
     def runs_live(self, seen_after: float) -> list[Run]:
-        return [_run(row) for row in self._rows(self._sql["runs_live"], (seen_after,))]
+        return [_run(row) for row in self.db._rows(self.db._sql["runs_live"], (seen_after,))]
 
     def runs_recent(self, limit: int) -> list[Run]:
-        return [_run(row) for row in self._rows(self._sql["runs_recent"], (limit,))]
+        return [_run(row) for row in self.db._rows(self.db._sql["runs_recent"], (limit,))]
 
     def rollup_since(self, since: float) -> list[Slice]:
         return [
             Slice(str(r[0]), float(r[1]), float(r[2]), int(r[3]), int(r[4]), float(r[5]),
                   float(r[6]), str(r[7] or ""), str(r[8] or ""))
-            for r in self._rows(self._sql["rollup_since"], (since,))
+            for r in self.db._rows(self.db._sql["rollup_since"], (since,))
         ]  # fmt: skip
 
     def rollup_totals(self) -> dict[str, tuple[int, int]]:
-        rows = self._rows(self._sql["rollup_totals"])
+        rows = self.db._rows(self.db._sql["rollup_totals"])
         return {str(q): (int(done or 0), int(failed or 0)) for q, done, failed in rows}
 
     def rollup_series(
         self, step: float, since: float
     ) -> dict[str, list[tuple[float, int, int, int | None]]]:
         found: dict[str, list[tuple[float, int, int, int | None]]] = {}
-        for queue, index, done, failed, backlog in self._rows(
-            self._sql["rollup_series"], (step, since)
+        for queue, index, done, failed, backlog in self.db._rows(
+            self.db._sql["rollup_series"], (step, since)
         ):
             point = (int(index) * step, int(done or 0), int(failed or 0),
                      None if backlog is None else int(backlog))  # fmt: skip
@@ -106,7 +109,7 @@ class SqlRunLog(SqlPlumbing):
     def held_by_owner(self, queues: Iterable[str]) -> dict[str, int]:
         found: dict[str, int] = {}
         for queue in sorted(set(queues)):  # by queue: the claim index, not a table scan
-            for owner, count in self._rows(self._sql["held_by_owner"], (queue,)):
+            for owner, count in self.db._rows(self.db._sql["held_by_owner"], (queue,)):
                 if owner:
                     found[str(owner)] = found.get(str(owner), 0) + int(count)
         return found

@@ -1,8 +1,9 @@
 """The schema's statements for every SQL backend: what `mq init` runs, and how two
 inits of one table at once stay apart.
 
-A mixin of :class:`~mq_cli.backends.sqlcore.SqlBackend`, like sqlops.py; what to
-create or migrate is decided in schema.py (:func:`~mq_cli.backends.schema.migrate`).
+A part of every SQL backend (parts.SchemaPart), like sqlops.py; what to create
+or migrate is decided in schema.py (:func:`~mq_cli.backends.schema.migrate`,
+which the backend's ``_migrate`` runs).
 
 `mq init` runs from many hosts at once (a deployment that runs it on every host)
 and on SQLite on first use by every command, so migrate() must never run twice
@@ -27,66 +28,68 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
-from mq_cli.backends.base import Shape
-from mq_cli.backends.plumbing import SqlPlumbing, Tx
-from mq_cli.backends.schema import migrate
+from mq_cli.backends.plumbing import Executor, Tx
+from mq_cli.backends.traits import Shape
 from mq_cli.core.errors import ConnectionLost, DatabaseError, SchemaMissing
 
 log = logging.getLogger("mq")
 
 #: times `mq init` looks again after another process's schema change won a race
 SCHEMA_RACES = 5
-#: `mq init` waits for another init's session lock (sql/mysql.sql, init_lock) this many
+#: `mq init` waits for another init's session lock (mysql/mysql.sql, init_lock) this many
 #: times this many seconds (one wait stays under PyMySQL's 120 s read timeout)
 INIT_TRIES, INIT_WAIT = 10, 60
 
 
-class SqlSchema(SqlPlumbing):
-    """Schema reads and `mq init` over the plumbing SqlBackend provides."""
-
-    #: the statements `mq init` runs on a fresh database, by name
-    ddl_names: tuple[str, ...] = ("create_table", "create_meta")
-    #: inside init's one transaction: a failed statement has aborted it, so the
-    #: transaction, not the statement, is what runs again (sqlcore's _retried)
-    _schema_tx = False
-
-    def init_schema(self) -> list[str]:
-        for attempt in range(SCHEMA_RACES):
-            try:
-                return self._schema_exclusive(self._migrate)
-            except DatabaseError as exc:
-                if attempt + 1 == SCHEMA_RACES or not any(map(self._schema_race, _causes(exc))):
-                    raise
-        raise AssertionError("unreachable")
+class Owner(Executor, Protocol):
+    """The executor of a backend whose schema this part makes, and the dialect's say
+    in it."""
 
     def _migrate(self) -> list[str]:
-        """What init does under its lock (a dialect may add to it)."""
-        return migrate(self)
+        """What init does under its lock (schema.migrate; a dialect may add to it)."""
 
     def _schema_race(self, exc: BaseException) -> bool:
         """Whether a driver error says another process made what init was making
         (a table, a column, an index that exists, one to drop that does not)."""
-        return False
+
+
+class SqlSchema:
+    """Schema reads and `mq init` over a dialect's executor."""
+
+    def __init__(self, db: Owner) -> None:
+        self.db = db
+        #: inside init's one transaction: a failed statement has aborted it, so the
+        #: transaction, not the statement, is what runs again (sqlcore's _retried)
+        self.in_transaction = False
+
+    def init_schema(self) -> list[str]:
+        for attempt in range(SCHEMA_RACES):
+            try:
+                return self._schema_exclusive(self.db._migrate)
+            except DatabaseError as exc:
+                if attempt + 1 == SCHEMA_RACES or not any(map(self.db._schema_race, _causes(exc))):
+                    raise
+        raise AssertionError("unreachable")
 
     def _schema_exclusive(self, run: Callable[[], list[str]]) -> list[str]:
         """``run()`` while no other `mq init` of this table runs (see the module's doc)."""
-        if self.caps.ddl_commits:
+        if self.db.caps.ddl_commits:
             return self._schema_locked(run)
 
         def body(tx: Tx) -> list[str]:
-            if "init_lock" in self._sql:
-                tx.rows(self._sql["init_lock"], (self._lock_token(),))
-            self._schema_tx = True
+            if "init_lock" in self.db._sql:
+                tx.rows(self.db._sql["init_lock"], (self._lock_token(),))
+            self.in_transaction = True
             try:
                 return run()
             finally:
-                self._schema_tx = False
+                self.in_transaction = False
 
-        return self._transaction(body)
+        return self.db._transaction(body)
 
-    def _guarded_read(self, cursor: Any, sql: str, params: Sequence[object]) -> list[Any]:
+    def guarded_read(self, cursor: Any, sql: str, params: Sequence[object]) -> list[Any]:
         """A read within init's one transaction that may fail, as it may outside one (a
         table not made yet: schema_version(), the run log's probes): in a savepoint, so
         that its error does not abort the transaction (PostgreSQL)."""
@@ -106,7 +109,7 @@ class SqlSchema(SqlPlumbing):
         got: object = 0
         for _ in range(INIT_TRIES):  # each wait shorter than the driver's read timeout
             try:
-                got = self._rows(self._sql["init_lock"], (*token, INIT_WAIT))[0][0]
+                got = self.db._rows(self.db._sql["init_lock"], (*token, INIT_WAIT))[0][0]
             except ConnectionLost:
                 raise
             except DatabaseError as exc:  # Galera refuses GET_LOCK: the race retries remain
@@ -116,39 +119,36 @@ class SqlSchema(SqlPlumbing):
                 return run()
             if got == 1:
                 break
-            log.info("waiting for another `mq init` of table %s to finish", self.table)
+            log.info("waiting for another `mq init` of table %s to finish", self.db.table)
         if got != 1:
             raise DatabaseError(
-                f"another `mq init` of table {self.table} has been running for "
+                f"another `mq init` of table {self.db.table} has been running for "
                 f"{INIT_TRIES * INIT_WAIT // 60} minutes: try again once it has finished"
             )
         try:
             return run()
         finally:
             try:
-                self._rows(self._sql["init_unlock"], token)
+                self.db._rows(self.db._sql["init_unlock"], token)
             except DatabaseError:
                 pass  # the session is gone, and its lock with it
 
     def _lock_token(self) -> str:
         """What init_lock's key or name is derived from."""
-        return f"init:{self.table}"
-
-    def ddl(self) -> list[str]:
-        return [self._sql[name] for name in self.ddl_names]
+        return f"init:{self.db.table}"
 
     def schema_version(self) -> int | None:
         try:
-            rows = self._rows(self._sql["schema_version"])
+            rows = self.db._rows(self.db._sql["schema_version"])
         except SchemaMissing:
             return None
         return int(rows[0][0]) if rows else None
 
     def table_shape(self) -> Shape | None:
-        rows = self._rows(self._sql["table_columns"], (self.table,))
+        rows = self.db._rows(self.db._sql["table_columns"], (self.db.table,))
         if not rows:
             return None
-        indexes = self._rows(self._sql["table_indexes"], (self.table,))
+        indexes = self.db._rows(self.db._sql["table_indexes"], (self.db.table,))
         return Shape(
             frozenset(str(row[0]) for row in rows),
             {str(name): bool(unique) for name, unique in indexes},
@@ -156,19 +156,19 @@ class SqlSchema(SqlPlumbing):
         )
 
     def run_schema(self, name: str, params: Sequence[object] = ()) -> None:
-        self._change(self._sql[name], params)
+        self.db._change(self.db._sql[name], params)
 
     def run_schema_statement(self, statement: str) -> None:
-        self._change(statement, ())
+        self.db._change(statement, ())
 
     def probe_write(self) -> None:
         # _transaction() rolls back on an exception: raise one once the insert worked.
         def body(tx: Tx) -> None:
-            tx.change(self._sql["probe_write"])
+            tx.change(self.db._sql["probe_write"])
             raise _RolledBack
 
         try:
-            self._transaction(body)
+            self.db._transaction(body)
         except _RolledBack:
             pass
 

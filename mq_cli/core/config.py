@@ -8,20 +8,17 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import yaml
-
+from typing import Any
 
 from mq_cli.core import dburl
+from mq_cli.core.dbconfig import database_settings, world_readable_warning
 from mq_cli.core.dburl import DatabaseSettings, parse_database_url
 from mq_cli.core.durations import parse_duration
 from mq_cli.core.errors import ConfigError
-from mq_cli.core.keys import DATABASE_KEY_TABLE, QUEUE_KEYS, TOP_KEY_TABLE
+from mq_cli.core.keys import QUEUE_KEYS, TOP_KEY_TABLE
+from mq_cli.core.yamldoc import Located, read_yaml
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 # 57, not 64: MySQL caps identifiers at 64 and mq names the index `<table>_unique`.
@@ -60,12 +57,6 @@ class QueueConfig:
 
 
 TOP_KEYS = tuple(key.name for key in TOP_KEY_TABLE)
-DATABASE_KEYS = tuple(key.name for key in DATABASE_KEY_TABLE)
-
-
-def database_kinds() -> dict[str, str]:
-    """The mapping's ``kind`` (without a url) -> the dialect it means (each registers its own)."""
-    return {name: f.kind for f in dburl.forms() for name in f.mapping_kinds}
 
 
 @dataclass(frozen=True)
@@ -141,87 +132,8 @@ def find_config_file(explicit: str | None) -> str | None:
     return None
 
 
-class _Located:
-    """A YAML document as plain values plus the line of every key path."""
-
-    def __init__(self, source: str):
-        self.source = source
-        self.lines: dict[tuple[str, ...], int] = {}
-        self._constructor: yaml.constructor.SafeConstructor | None = None
-
-    @property
-    def constructor(self) -> yaml.constructor.SafeConstructor:
-        # Made on first use: with no config file, yaml is never imported (~10 ms).
-        if self._constructor is None:
-            import yaml
-
-            self._constructor = yaml.constructor.SafeConstructor()
-        return self._constructor
-
-    def where(self, path: tuple[str, ...]) -> str:
-        key = ".".join(path)
-        # A missing key (database.database) has no line: name the mapping that lacks it.
-        lines = (self.lines.get(path[:n]) for n in range(len(path), 0, -1))
-        line = next((n for n in lines if n), None)
-        return f"{self.source}, line {line}: {key}" if line else f"{self.source}: {key}"
-
-    def error(self, path: tuple[str, ...], message: str) -> ConfigError:
-        return ConfigError(f"{self.where(path)}: {message}")
-
-    def convert(self, node: yaml.Node, path: tuple[str, ...]) -> Any:
-        import yaml
-
-        self.lines.setdefault(path, node.start_mark.line + 1)
-        if isinstance(node, yaml.MappingNode):
-            result: dict[str, Any] = {}
-            for key_node, value_node in node.value:
-                key = str(self.constructor.construct_object(key_node, deep=True))
-                child = (*path, key)
-                if key in result:
-                    self.lines[child] = key_node.start_mark.line + 1
-                    raise self.error(child, "duplicate key")
-                self.lines[child] = key_node.start_mark.line + 1
-                result[key] = self.convert(value_node, child)
-            return result
-        if isinstance(node, yaml.SequenceNode):
-            return [self.convert(item, (*path, str(i))) for i, item in enumerate(node.value)]
-        return self.constructor.construct_object(node, deep=True)
-
-
-def _read_yaml(path: str) -> tuple[dict[str, Any], _Located]:
-    import yaml  # only when there is a file: keeps the zero-config start fast
-
-    located = _Located(path)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            node = yaml.compose(handle, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        line = f", line {mark.line + 1}" if mark else ""
-        # An unclosed bracket or quote is noticed lines later (even past the
-        # end); the context mark says where the construct started.
-        started = ""
-        if exc.context and exc.context_mark and (not mark or exc.context_mark.line != mark.line):
-            started = f" ({exc.context}, started on line {exc.context_mark.line + 1})"
-        raise ConfigError(f"{path}{line}: invalid YAML: {exc.problem}{started}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc}") from None
-    if node is None:
-        return {}, located
-    try:
-        data = located.convert(node, ())
-    except yaml.MarkedYAMLError as exc:  # a tag the safe loader refuses (!!python/name:...)
-        mark = exc.problem_mark or exc.context_mark
-        line = f", line {mark.line + 1}" if mark else ""
-        problem = exc.problem or exc.context or "unsupported value"
-        raise ConfigError(f"{path}{line}: invalid YAML: {problem}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the config must be a mapping of keys (database, queues, ...)")
-    return data, located
-
-
 def _queue_settings(
-    raw: Any, path: tuple[str, ...], base: QueueConfig, doc: _Located
+    raw: Any, path: tuple[str, ...], base: QueueConfig, doc: Located
 ) -> QueueConfig:
     if raw is None:
         raw = {}
@@ -242,148 +154,13 @@ def _queue_settings(
     return result
 
 
-def _read_secret_file(path: str, where: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read().rstrip("\r\n")
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read password file {path}: {exc.strerror}") from None
-
-
-def _database_settings(raw: Any, doc: _Located) -> DatabaseSettings:
-    path = ("database",)
-    if isinstance(raw, str):
-        try:
-            return parse_database_url(raw)
-        except ConfigError as exc:
-            raise doc.error(path, str(exc)) from None
-    if not isinstance(raw, dict):
-        raise doc.error(path, "expected a URL or a mapping (url or host/port/user/database)")
-    for key in raw:
-        if key not in DATABASE_KEYS:
-            raise doc.error((*path, key), f"unknown key (valid: {', '.join(DATABASE_KEYS)})")
-    secrets = [k for k in ("password", "password_file", "password_env") if k in raw]
-    if len(secrets) > 1:
-        raise doc.error((*path, secrets[1]), f"give only one of {', '.join(secrets)}")
-    if "url" in raw:
-        try:
-            settings = parse_database_url(str(raw["url"]))
-        except ConfigError as exc:
-            raise doc.error((*path, "url"), str(exc)) from None
-        if "kind" in raw:
-            raise doc.error((*path, "kind"), "give either url or kind (the url's scheme says it)")
-    else:
-        kinds = database_kinds()
-        default = next((f.mapping_kinds[0] for f in dburl.forms() if f.mapping_default), "")
-        kind = raw.get("kind", default)
-        if kind not in kinds:
-            raise doc.error((*path, "kind"), f"expected one of {', '.join(kinds)}")
-        if not raw.get("database"):
-            raise doc.error((*path, "database"), "missing: name the database")
-        url_form = dburl.form(kinds[kind])
-        settings = DatabaseSettings(kind=url_form.kind, port=url_form.default_port)
-    changes: dict[str, Any] = {}
-    # Keys that one dialect's mapping alone takes (PostgreSQL's sslmode, pooler).
-    only = {key: f for f in dburl.forms() for key in f.mapping_only}
-    for key, owner in only.items():
-        if key not in raw:
-            continue
-        values, elsewhere = owner.mapping_only[key]
-        if settings.kind != owner.kind:
-            raise doc.error((*path, key), elsewhere)
-        if raw[key] not in values:
-            raise doc.error((*path, key), f"expected one of {', '.join(values)}")
-        changes[key] = raw[key]
-    for key in ("host", "user", "database", "unix_socket"):
-        if key in raw:
-            if not isinstance(raw[key], str):
-                raise doc.error((*path, key), "expected a string")
-            changes[key] = raw[key]
-    if "port" in raw:
-        port = raw["port"]
-        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-            raise doc.error((*path, "port"), "expected a port number (1-65535)")
-        changes["port"] = raw["port"]
-    if "connect_timeout" in raw:
-        try:
-            changes["connect_timeout"] = parse_duration(raw["connect_timeout"])
-        except ValueError as exc:
-            raise doc.error((*path, "connect_timeout"), str(exc)) from None
-    if "password" in raw:
-        # YAML turns an unquoted 0123 into 83 and yes into True: str() of that
-        # would be a wrong password that fails far from its cause.
-        if not isinstance(raw["password"], str):
-            raise doc.error((*path, "password"), "expected a string: put the password in quotes")
-        changes["password"] = raw["password"]
-    elif "password_file" in raw:
-        changes["password"] = _read_secret_file(
-            str(raw["password_file"]), doc.where((*path, "password_file"))
-        )
-    elif "password_env" in raw:
-        name = str(raw["password_env"])
-        if name not in os.environ:
-            raise doc.error((*path, "password_env"), f"environment variable {name} is not set")
-        changes["password"] = os.environ[name]
-        changes["password_env"] = name
-    if "ssl" in raw:
-        ssl = raw["ssl"]
-        if ssl is False:
-            changes["ssl"] = False
-        elif ssl is True:
-            changes["ssl"] = True
-        elif isinstance(ssl, dict):
-            for key in ssl:
-                if key not in ("ca", "verify"):
-                    raise doc.error((*path, "ssl", key), "unknown key (valid: ca, verify)")
-            verify = ssl.get("verify", True)
-            if not isinstance(verify, bool):  # bool("no") would be True
-                raise doc.error((*path, "ssl", "verify"), "expected true or false")
-            ca = ssl.get("ca")
-            if ca is not None and not (isinstance(ca, str) and os.path.isfile(ca)):
-                raise doc.error((*path, "ssl", "ca"), f"CA file {ca!r} not found")
-            changes["ssl"] = True
-            changes["ssl_ca"] = ca
-            changes["ssl_verify"] = verify
-        else:
-            raise doc.error((*path, "ssl"), "expected true, false or a mapping {ca, verify}")
-    return replace(settings, **changes)
-
-
-def _url_has_password(url: object) -> bool:
-    # Not a ':' test: mysql://db1:3306/app has a port, not a password.
-    try:
-        from urllib.parse import urlsplit
-
-        return isinstance(url, str) and urlsplit(url).password is not None
-    except ValueError:
-        return False
-
-
-def _world_readable_warning(path: str, data: dict[str, Any]) -> tuple[str, ...]:
-    database = data.get("database")
-    if isinstance(database, dict):
-        holds_password = "password" in database or _url_has_password(database.get("url"))
-    else:
-        holds_password = _url_has_password(database)
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return ()
-    if holds_password and mode & (stat.S_IRGRP | stat.S_IROTH):
-        return (
-            f"{path} holds a database password and is readable by other users; "
-            f"run: chmod 600 {path}",
-        )
-    return ()
-
-
 def load_config(config_path: str | None = None, database_url: str | None = None) -> Config:
     """Read the config by the lookup order; ``database_url`` overrides the file's database."""
     source = find_config_file(config_path)
     data: dict[str, Any] = {}
-    doc = _Located(source or "<defaults>")
+    doc = Located(source or "<defaults>")
     if source:
-        data, doc = _read_yaml(source)
+        data, doc = read_yaml(source)
     for key in data:
         if key not in TOP_KEYS:
             raise doc.error((key,), f"unknown key (valid: {', '.join(TOP_KEYS)})")
@@ -395,7 +172,7 @@ def load_config(config_path: str | None = None, database_url: str | None = None)
             # Overridden, but still a secret the operator named: keep it from handlers.
             database = replace(database, password_env=configured["password_env"])
     elif data.get("database") is not None:
-        database = _database_settings(data["database"], doc)
+        database = database_settings(data["database"], doc)
     else:
         database = next(f.zero_config for f in dburl.forms() if f.zero_config)()
 
@@ -431,7 +208,7 @@ def load_config(config_path: str | None = None, database_url: str | None = None)
         defaults=defaults,
         queues=queues,
         source=source,
-        warnings=_world_readable_warning(source, data) if source else (),
+        warnings=world_readable_warning(source, data) if source else (),
         web=data.get("web"),
         where=doc.where,
     )

@@ -217,7 +217,7 @@ QUEUE_KEY_TABLE: tuple[Key, ...] = (
         "boolean",
         "PostgreSQL: each enqueue of ready messages sends a `NOTIFY` in its transaction, so "
         "waiting drains on any host start them at once; `false`: they find them at their next "
-        "poll, within a second. Measured cost (`bench/postgres_notify.py`, 4 producers "
+        "poll, within a second. Measured cost (`bench/experiments/postgres_notify.py`, 4 producers "
         "committing one message each): 13–22 % of the enqueue rate",
         _bool,
     ),

@@ -13,14 +13,15 @@ from typing import Any
 
 from mq_cli.backends.base import Backend
 from mq_cli.core import render
-from mq_cli.core.config import Config, QueueConfig
+from mq_cli.core.config import QueueConfig
 from mq_cli.core.durations import format_duration
 from mq_cli.core.errors import SessionLost
 from mq_cli.core.models import Message
-from mq_cli.drain import runlog
+from mq_cli.drain.lease import Lease
 from mq_cli.drain.report import DrainOptions, DrainReport
-from mq_cli.drain.session import DrainSession, TakenForDead
-from mq_cli.runners import guard, handlers
+from mq_cli.drain.runlog import RunLog
+from mq_cli.drain.session import DrainSession
+from mq_cli.runners import handlers
 
 log = logging.getLogger("mq")
 
@@ -31,32 +32,35 @@ GUARD_FIRED = (
 )
 
 
-class DrainAcks(DrainSession):
-    """The outcomes of a batch, recorded as they come."""
+class Acknowledger:
+    """The outcomes of a batch, recorded as they come: one part of the drain (loop.py
+    composes them), over the session (what is held, the database) and the lease."""
 
-    def __init__(self, config: Config, backend: Callable[[], Backend], options: DrainOptions):
-        super().__init__(config, backend, options)
+    def __init__(
+        self,
+        session: DrainSession,
+        lease: Lease,
+        options: DrainOptions,
+        report: DrainReport,
+        runlog: RunLog,
+    ) -> None:
+        self.session = session
+        self.lease = lease
         self.options = options
-        self.report = DrainReport()
-        self.signals = 0
-        self.done_since = 0.0  # time.monotonic() when the oldest of self.done succeeded
-        self.guard = guard.Guard()
+        self.report = report
+        self.runlog = runlog
+        self.done_since = 0.0  # time.monotonic() when the oldest of session.done succeeded
         # A heap of when (time.monotonic) the retries this drain recorded become ready.
         self.retries_due: list[float] = []
-        self.runlog = runlog.RunLog(config, lambda: self.backend, lambda: self.owner, self.report)
-        # time.monotonic() when the claim or heartbeat that last covered the held
-        # messages was sent, and the queue's stalled_after: gc may take them after that.
-        self.beat_at = 0.0
-        self.stalled_after = 0.0
         # A success whose DELETE was sent and not yet read (PostgreSQL): the queue, the
         # message, its handler's seconds, when it was sent (time.monotonic) and the owner then.
         self._in_flight: tuple[QueueConfig, Message, float, float, str] | None = None
+        session.on_let_go.append(self._forget_in_flight)
 
-    def _let_go(self) -> None:
-        super()._let_go()
+    def _forget_in_flight(self) -> None:
         self._in_flight = None  # its DELETE may not have landed: it stays processing for gc
 
-    def _settle_after_failure(
+    def settle_after_failure(
         self,
         queue: QueueConfig,
         batch: list[Message],
@@ -76,10 +80,10 @@ class DrainAcks(DrainSession):
             for index, outcome in results:
                 if outcome.started:
                     ran += 1
-                    self.held.discard(batch[index].id)
+                    self.session.held.discard(batch[index].id)
         except Exception as exc:  # noqa: BLE001 - the database error is what is reported
             log.debug("while stopping after a database error: %s", exc)
-            self.held.clear()  # unknown: return nothing that might have started
+            self.session.held.clear()  # unknown: return nothing that might have started
         if ran:
             log.warning(
                 "queue %s: %d message(s) ran but their results could not be recorded; they "
@@ -88,7 +92,7 @@ class DrainAcks(DrainSession):
                 queue.name, ran,
             )  # fmt: skip
 
-    def _record_results(
+    def record_results(
         self, queue: QueueConfig, batch: list[Message], results: Any, tick: Callable[[], None]
     ) -> None:
         """Acknowledge each outcome as the runner yields it."""
@@ -96,15 +100,15 @@ class DrainAcks(DrainSession):
             message = batch[index]
             # Handlers run in the batch's order: the next one runs now, if it started.
             following = batch[index + 1].id if index + 1 < len(batch) else None
-            self.report.activity.run(following if following in self.held else None)
-            if self.watchdog is not None and self.watchdog.fired:
+            self.report.activity.run(following if following in self.session.held else None)
+            if self.session.watchdog is not None and self.session.watchdog.fired:
                 if outcome.started:
                     # It ran: it stays processing for gc, never given back as unstarted.
-                    self.held.discard(message.id)
-                raise SessionLost(self._session_lost_text("no proof of it"))
+                    self.session.held.discard(message.id)
+                raise SessionLost(self.session.session_lost_text("no proof of it"))
             self.runlog.outcome(message, outcome)
             if not outcome.started:
-                if message.id not in self.held:
+                if message.id not in self.session.held:
                     # Lost while this drain was paused (SIGSTOP, a frozen VM, a cut
                     # link) past stalled_after: gc or another drain has it now.
                     log.warning(
@@ -112,16 +116,16 @@ class DrainAcks(DrainSession):
                         "past stalled_after?); skipped", queue.name, message.id,
                     )  # fmt: skip
                 continue
-            self.held.discard(message.id)
-            if outcome.started and not outcome.ok and self.guard.fired():
+            self.session.held.discard(message.id)
+            if outcome.started and not outcome.ok and self.lease.guard.fired():
                 outcome = handlers.Outcome(ok=False, error=GUARD_FIRED)
-            if self.signals > 1 and not outcome.ok:
+            if self.session.signals > 1 and not outcome.ok:
                 outcome = handlers.Outcome(ok=False, error="interrupted: the drain was stopped")
             if outcome.ok and self._deferrable(queue, message):
                 self.report.succeeded += 1
-                if not self.done:
+                if not self.session.done:
                     self.done_since = time.monotonic()
-                self.done.append(message)
+                self.session.done.append(message)
             else:
                 self._acknowledge(queue, message, outcome)
             if self.options.progress is not None:
@@ -135,19 +139,19 @@ class DrainAcks(DrainSession):
         # wait for the batch's one DELETE.
         return queue.group_ack and not (queue.unique_retention > 0 and message.unique_key)
 
-    def _acknowledge_group(self, queue: QueueConfig) -> None:
+    def acknowledge_group(self, queue: QueueConfig) -> None:
         """One DELETE for the successes so far: at the batch's end, or once the oldest has
         waited ack_delay. A crash before it re-runs them (at most a batch, at most
         ack_delay old but for the DELETE's own time)."""
-        ids = [m.id for m in self.done]
-        self._group_acknowledged(
-            queue, ids, self._db(lambda b: b.ack_success_many(ids, self.owner))
+        ids = [m.id for m in self.session.done]
+        self.group_acknowledged(
+            queue, ids, self.session.db(lambda b: b.ack_success_many(ids, self.session.owner))
         )
 
-    def _group_acknowledged(self, queue: QueueConfig, ids: list[int], deleted: int) -> None:
+    def group_acknowledged(self, queue: QueueConfig, ids: list[int], deleted: int) -> None:
         """The group's DELETE committed (on its own, or with the next claim): ``deleted``
         of ``ids`` were still this drain's."""
-        self.done = []
+        self.session.done = []
         log.info("queue %s: %d message(s) done (one acknowledgement)", queue.name, deleted)
         if deleted < len(ids):
             self.report.lost += len(ids) - deleted
@@ -156,7 +160,7 @@ class DrainAcks(DrainSession):
                 "(requeued by an operator or gc?)",
                 queue.name, len(ids) - deleted,
             )  # fmt: skip
-            self._taken_while_stalled(self.beat_at)
+            self.lease.taken_while_stalled(self.lease.beat_at)
 
     def finish_in_flight(self, older_than: float = 0.0) -> None:
         """Read the result of the success sent last (if sent over ``older_than`` s ago)."""
@@ -185,13 +189,15 @@ class DrainAcks(DrainSession):
             self.report.succeeded += 1
             # Where the dialect can, the DELETE goes out now and its result is read
             # at the next result, so the drain's work on that one overlaps the commit.
-            owner = self.owner
-            if self._db(lambda b: b.ack_success_send(message, owner, queue.unique_retention)):
+            owner = self.session.owner
+            if self.session.db(
+                lambda b: b.ack_success_send(message, owner, queue.unique_retention)
+            ):
                 seconds = outcome.seconds or 0.0
                 self._in_flight = (queue, message, seconds, time.monotonic(), owner)
                 return
             ours = self._ack(
-                lambda b: b.ack_success(message, self.owner, queue.unique_retention),
+                lambda b: b.ack_success(message, self.session.owner, queue.unique_retention),
                 lambda after: after is None or after.status == "done",
                 message,
             )
@@ -207,7 +213,7 @@ class DrainAcks(DrainSession):
             retry_in = 0.0 if final else queue.backoff(attempts)
             error = outcome.error or "failed"
             ours = self._ack(
-                lambda b: b.ack_failure(message, self.owner, error, retry_in, final),
+                lambda b: b.ack_failure(message, self.session.owner, error, retry_in, final),
                 lambda after: (
                     after is not None
                     and after.owner is None
@@ -218,7 +224,9 @@ class DrainAcks(DrainSession):
             if ours:
                 due = time.monotonic() + retry_in
                 # This drain runs the retry only if it is still waiting then.
-                by_this = self.options.wait and (self.deadline is None or due < self.deadline)
+                by_this = self.options.wait and (
+                    self.session.deadline is None or due < self.session.deadline
+                )
                 if not final and by_this:
                     heapq.heappush(self.retries_due, due)
                 first_line = render.error_line(error, ERROR_LOG_WIDTH)
@@ -262,44 +270,23 @@ class DrainAcks(DrainSession):
         any miss when ``maybe_landed``: a DELETE sent ahead, see finish_in_flight).
         """
         tries = 0
-        reconnects = self.reconnects
+        reconnects = self.session.reconnects
 
         def attempt(backend: Backend) -> bool:
             nonlocal tries
             tries += 1
             return change(backend)
 
-        ours = self._db(attempt)
+        ours = self.session.db(attempt)
         if not ours and (tries > 1 or maybe_landed):
-            ours = landed(self._db(lambda b: b.get_message(message.id)))
-        if not ours and self.reconnects != reconnects and self.live == "session":
+            ours = landed(self.session.db(lambda b: b.get_message(message.id)))
+        if not ours and self.session.reconnects != reconnects and self.session.live == "session":
             # Cut off mid-acknowledgement, its lock free meanwhile: gc took what it
             # held, as _take_back finds for the messages still in hand. Stop alike.
-            raise SessionLost(self._session_lost_text("gc took a message it held"))
+            raise SessionLost(self.session.session_lost_text("gc took a message it held"))
         if not ours:
-            self._taken_while_stalled(self.beat_at)
+            self.lease.taken_while_stalled(self.lease.beat_at)
         return bool(ours)
-
-    def _taken_while_stalled(self, since: float) -> None:
-        """Found messages it held taken. A drain that heartbeats alone shows alive
-        (Galera, a transaction pooler) and that was not itself stopped could not get
-        its heartbeats written for stalled_after since ``since`` (a write stall, a
-        cluster's view change): gc took it for dead, and what it ran may run again
-        elsewhere. It stops and says so (exit 3), as a drain that lost its lock's
-        session does. A drain that was stopped (SIGSTOP, a frozen VM) goes on: the
-        guard ended what it ran, and nothing was wrong with the database."""
-        if self.live is not None or self.stalled_after <= 0:
-            return
-        gap = time.monotonic() - since
-        if gap <= self.stalled_after:
-            return
-        if self.watchdog is not None and self.watchdog.stopped_since(since):
-            return
-        raise TakenForDead(
-            f"gc took messages this drain held: its heartbeats could not be written for "
-            f"{gap:.1f} s, longer than stalled_after ({format_duration(self.stalled_after)}) "
-            "(a stalled database or cluster?); what it ran may run again elsewhere"
-        )
 
 
 def _when_retried(retry_in: float, by_this: bool) -> str:

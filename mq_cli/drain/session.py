@@ -3,8 +3,10 @@ drain's lock back, give up after a while (holding messages) or wait for the
 database up to the drain's end (holding none: outage.py), and say so once a
 second at most.
 
-The bottom of the drain's classes (session.py <- acks.py <- loop.py): each
-level owns the state it keeps, set up in its own ``__init__``.
+One part of the drain (loop.py composes them): it owns the connection, the
+owner token and the liveness it proves, and what the drain holds (claimed,
+in hand, succeeded and not yet deleted), which the other parts read and change
+through it. It also says what becomes of those when the database fails.
 """
 
 from __future__ import annotations
@@ -74,14 +76,14 @@ class DrainSession:
 
     def __init__(self, config: Config, backend: Callable[[], Backend], options: DrainOptions):
         self.config = config
-        self._open_backend = backend
+        self.open_backend = backend
         self.owner = owner_token()
         self.held: set[int] = set()  # claimed ids whose result is not recorded yet
         self.done: list[Message] = []  # succeeded, deletion deferred (group_ack)
         self._backend: Backend | None = None
         self._gave_up = False  # the database stayed away for a whole reconnect window
         self._read_only_since: float | None = None  # time.monotonic() of the first refusal
-        self._say = Throttled(log)  # reconnect lines: at most one a second
+        self.say = Throttled(log)  # reconnect lines: at most one a second
         # Liveness (liveness.py): "file" (SQLite's flock), "session" (a server lock
         # that dies with the connection: fenced), or None (heartbeats alone).
         self.live: str | None = None
@@ -91,7 +93,7 @@ class DrainSession:
         self.reconnects = 0  # new sessions this drain opened after losing one
         failover = bool(config.database.hosts)
         self.reconnect_for = RECONNECT_FAILOVER_FOR if failover else RECONNECT_FOR
-        self.fleet = fleet.Fleet(config, self._db, lambda: self.owner, lambda: self.live)
+        self.fleet = fleet.Fleet(config, self.db, lambda: self.owner, lambda: self.live)
         # Set by the loop (loop.py): the run's end (time.monotonic(), --max-seconds),
         # the signals it got, whether a batch is being worked (its messages, the one
         # being acknowledged included, count as held) and the queue, for log lines.
@@ -101,24 +103,28 @@ class DrainSession:
         self.where = ""
         patience = max(outage.PATIENCE, self.reconnect_for)
         self.outage = outage.Outage(lambda: self.deadline, options.wait, patience)
+        #: what other parts forget when the drain lets go of what it held
+        self.on_let_go: list[Callable[[], None]] = []
 
     @property
     def backend(self) -> Backend:
         if self._backend is None:
-            self._backend = self._open_backend()
+            self._backend = self.open_backend()
         return self._backend
 
-    def _holding(self) -> bool:
+    def holding(self) -> bool:
         """Whether the drain holds messages: claimed, running, or acknowledged unseen."""
         return self.in_hand or bool(self.held or self.done)
 
-    def _let_go(self) -> None:
-        """Forget what it held: those messages stay processing for gc (see _go_on_after)."""
+    def let_go(self) -> None:
+        """Forget what it held: those messages stay processing for gc (see go_on_after)."""
         self.held = set()
         self.done = []
         self.in_hand = False
+        for forget in self.on_let_go:
+            forget()
 
-    def _db(self, operation: Callable[[Backend], Any], patience: float | None = None) -> Any:
+    def db(self, operation: Callable[[Backend], Any], patience: float | None = None) -> Any:
         """Run ``operation``; after a lost connection, reconnect and retry for a while:
         ``patience`` seconds (default RECONNECT_FOR) while the drain holds messages,
         else, by default, until its end (outage.py).
@@ -160,22 +166,22 @@ class DrainSession:
                     self.last_proof = max(self.last_proof, sent)
                     since = self._read_only_since = self._read_only_since or time.monotonic()
                     give_up = min(give_up, since + READ_ONLY_FOR)
-                if rides and not read_only and not self._holding():
+                if rides and not read_only and not self.holding():
                     self._wait_for_database(exc)
                 else:
                     if time.monotonic() >= give_up:
                         # What it holds is given up; the cleanup on the way out tries once.
-                        self._gave_up = self._gave_up or self._holding() or read_only
+                        self._gave_up = self._gave_up or self.holding() or read_only
                         raise self._given_up(exc) from exc
                     tries += 1
                     # Once per outage on stderr (and at most once a second); each further
                     # try at -v (a failover may take a minute).
                     if tries == 1:
-                        self._say.warning("%s; reconnecting (try 1)", exc)
+                        self.say.warning("%s; reconnecting (try 1)", exc)
                     else:
                         log.info("%s; reconnecting (try %d)", exc, tries)
                     since = time.monotonic() - lost_at
-                    if self.live == "session" and self._holding() and since < liveness.FENCE:
+                    if self.live == "session" and self.holding() and since < liveness.FENCE:
                         # Its lock is free until it reconnects: gc takes a drain whose
                         # lock stays free for liveness.SUSPECT as dead. Try often.
                         time.sleep(random.uniform(0.05, 0.15))
@@ -187,7 +193,7 @@ class DrainSession:
                     self._reconnect()
                 except DatabaseError as again:
                     if tries == 1:
-                        self._say.warning("reconnect failed: %s", again)
+                        self.say.warning("reconnect failed: %s", again)
                     else:
                         log.info("reconnect failed: %s", again)
                     continue
@@ -206,7 +212,7 @@ class DrainSession:
     def _given_up(self, exc: ConnectionLost | Unreachable) -> DatabaseError:
         """The error that ends the reconnect window: saying what becomes of what it held."""
         text = str(exc)
-        if self._holding():
+        if self.holding():
             text += (
                 "\nheld message(s) stay processing and show as stalled after stalled_after; "
                 "`mq gc --stalled --requeue` recovers them"
@@ -217,7 +223,7 @@ class DrainSession:
 
     def _reconnect(self) -> None:
         if self._backend is None:  # the first connection, which failed (at start-up)
-            self._backend = self._open_backend()
+            self._backend = self.open_backend()
             return
         self._backend.reconnect()
         self.reconnects += 1
@@ -234,14 +240,14 @@ class DrainSession:
                 break
             time.sleep(0.2 * (attempt + 1))
         else:
-            raise SessionLost(self._session_lost_text("could not take its lock back"))
+            raise SessionLost(self.session_lost_text("could not take its lock back"))
         self.fleet.retake(backend)
         ids = sorted(self.held) + [m.id for m in self.done]
         if ids and backend.heartbeat(ids, self.owner) < len(ids):
-            raise SessionLost(self._session_lost_text("gc took messages it held"))
+            raise SessionLost(self.session_lost_text("gc took messages it held"))
         log.info("took the drain's lock back on a new session")
 
-    def _go_on_after(self, exc: DatabaseError) -> bool:
+    def go_on_after(self, exc: DatabaseError) -> bool:
         """Whether to go on after the session was lost (SessionLost) or the database
         stayed away while the drain held messages (DatabaseAway): yes until the drain's
         end (outage.py), unless gc took it for dead (TakenForDead: exit 3, except where
@@ -254,7 +260,7 @@ class DrainSession:
         if self.signals or time.monotonic() >= self.outage.until():
             return False
         log.warning("%s%s; going on with new claims", self.where, "; ".join(str(exc).splitlines()))
-        self._let_go()
+        self.let_go()
         self._gave_up = False
         self._rename()
         if self.watchdog is not None:
@@ -283,9 +289,20 @@ class DrainSession:
         self.owner = token
         log.info("going on as %s", token)
 
-    def _session_lost_text(self, why: str) -> str:
+    def session_lost_text(self, why: str) -> str:
         return (
             f"lost the database session that showed this drain alive ({why}): its running "
             "handler was stopped; its messages come back through `mq gc --stalled --requeue` "
             "(or a requeue_stalled drain) within seconds"
+        )
+
+    def with_recovery_hint(self, exc: DatabaseError) -> DatabaseError:
+        """The error, saying what becomes of what this drain held (a full disk, a
+        refused write: its messages could not be recorded or given back)."""
+        text = str(exc)
+        if not self.holding() or "gc --stalled" in text or "\n" in text:
+            return exc  # nothing held, said already, or two lines already
+        return type(exc)(
+            f"{text}\nany message this drain held stays processing and shows as stalled "
+            "after stalled_after; `mq gc --stalled --requeue` recovers them"
         )

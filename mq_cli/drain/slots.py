@@ -47,6 +47,8 @@ HANDOVER_WITHIN = 5.0
 HANDOVER_PATIENCE = 60.0
 HANDOVER_POLL = 0.02
 
+log = logging.getLogger("mq")
+
 
 def ensure_lock_dir(path: str) -> None:
     """Create ``path`` (mode 0700, with missing parents) or check the one that exists.
@@ -295,14 +297,20 @@ def take_over(
 
 
 def take(
-    lock_dir: str, queue: str, concurrency: int, deadline: float | None, stop: Callable[[], bool]
+    lock_dir: str,
+    queue: str,
+    concurrency: int,
+    ends_at: float | None,
+    stop: Callable[[], bool],
 ) -> Slot | None:
-    """A drain's slot: a free one, or one whose holder ends now (:func:`take_over`);
-    ``deadline``: the drain's end on the monotonic clock, written into the slot."""
-    ends_at = None if deadline is None else time.time() + deadline - time.monotonic()
+    """A slot of ``queue`` for a drain: a free one (:func:`acquire`), else the one a
+    drain that ends now gives up (:func:`take_over`: cron's next run of the line);
+    None, said at -v, when all stay busy."""
     slot = acquire(lock_dir, queue, concurrency, ends_at)
-    if slot is None:  # one may end now: cron's next run of the line
+    if slot is None:
         slot = take_over(lock_dir, queue, concurrency, ends_at, stop)
         if slot is not None:
             log.info("queue %s: took over a slot from a drain that ended", queue)
+    if slot is None:
+        log.info("queue %s: all %d slot(s) busy on this host", queue, concurrency)
     return slot

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from mq_cli.backends.meta import pause_key
 from mq_cli.core.errors import ConfigError, MqError
-from mq_cli.runners import handlers
+from mq_cli.runners import paths
 
 if TYPE_CHECKING:
     from mq_cli.backends.base import Backend
@@ -58,7 +58,7 @@ def plan(
                     f"queue {name!r} has no handler ({where}): set queues.{name}.handler "
                     "in the config or pass --handler"
                 )
-            handlers.resolve(path)
+            paths.resolve(path)
         except ConfigError as exc:  # seen in `mq status`, not only in one host's mail
             record(config, open_backend, name, str(exc))
             raise

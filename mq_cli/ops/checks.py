@@ -27,7 +27,7 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
     """Run every check that can run; a failed config stops the ones that need it."""
     from mq_cli.backends import open_backend
     from mq_cli.core.config import load_config
-    from mq_cli.runners import handlers
+    from mq_cli.runners import paths
 
     results: list[Check] = []
     try:
@@ -79,7 +79,7 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
                     results.append(Check(f"queue {name}", True, "no handler (enqueue only)"))
                 continue
             try:
-                handlers.resolve(path)
+                paths.resolve(path)
             except MqError as exc:
                 results.append(Check(f"queue {name}", False, f"{label}: {exc}"))
             else:
@@ -126,16 +126,16 @@ def _liveness(backend: Backend) -> Check:
 
 
 def _importable(name: str, label: str, path: str) -> Check:
-    from mq_cli.runners import handlers
+    from mq_cli.runners import paths
 
     notes = []
-    origin = handlers.standard_origin(path)
+    origin = paths.standard_origin(path)
     if origin is not None:
         notes.append(
             f"is from Python's standard library ({origin}), not your code: a typo? "
             "(os:system would run every payload as a command)"
         )
-    here = handlers.only_from_cwd(path)
+    here = paths.only_from_cwd(path)
     if here is not None:
         notes.append(
             f"imports only from the current directory ({here}); cron starts in your home "

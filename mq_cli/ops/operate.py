@@ -40,7 +40,7 @@ from mq_cli.drain.recovery import (
     clock_says_wait,
     find,
 )
-from mq_cli.runners import handlers
+from mq_cli.runners import paths as handler_paths
 
 KINDS = {"stalled": "processing", "failed": "failed"}  # gc kind -> the status it looks in
 ACTIONS = ("requeue", "delete")
@@ -111,7 +111,7 @@ class Gc:
                 "(or a queue's) in the config"
             )
         for path in sorted(paths):
-            handlers.resolve(path)
+            handler_paths.resolve(path)
 
     def run(self) -> GcReport:
         report = GcReport(self.kind, self.action)

@@ -89,7 +89,7 @@ class Status:
     queues: dict[str, QueueStatus]
     #: owners of unended runs whose lock is free: killed, whatever seen_at says
     dead: frozenset[str] = frozenset()
-    #: PostgreSQL: what holds the vacuum horizon (backends/pg_horizon.facts); None elsewhere
+    #: PostgreSQL: what holds the vacuum horizon (backends/postgres/horizon.facts); None elsewhere
     vacuum_horizon: dict[str, Any] | None = None
 
     def drain_row(self, run: Run) -> list[object]:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mq_cli.runners.handlers import FORMATS, Runner, _split_path, is_exec
+from mq_cli.runners.handlers import FORMATS, Runner
+from mq_cli.runners.paths import _split_path, is_exec
 
 
 def make_runner(path: str, fmt: str, hide: Sequence[str] = ()) -> Runner:

@@ -49,7 +49,8 @@ from datetime import datetime, timedelta, timezone
 
 from mq_cli.core.errors import HandlerNotFound
 from mq_cli.core.payloads import decode
-from mq_cli.runners.handlers import MessageInfo, _set_current, bounded, load
+from mq_cli.runners.handlers import MessageInfo, _set_current, bounded
+from mq_cli.runners.paths import load
 
 PREFIX = struct.Struct(">IQ")
 SKIP = struct.Struct(">q")

@@ -28,10 +28,10 @@ from mq_cli.runners.handlers import (
     Outcome,
     Pacer,
     bounded,
-    exec_argv,
     handler_environ,
 )
 from mq_cli.runners.output import Tail
+from mq_cli.runners.paths import exec_argv
 from mq_cli.runners.process import death, kill_group, kill_handler
 
 READ_CHUNK = 1 << 16

@@ -22,13 +22,11 @@ import bisect
 import math
 import os
 import select
-import subprocess
 import time
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
 
 from mq_cli.core.errors import HandlerNotFound
-from mq_cli.runners import fence
 from mq_cli.runners.child import (
     FAILED,
     REPLY,
@@ -37,7 +35,6 @@ from mq_cli.runners.child import (
     SKIPPED,
     FrameBuffer,
     ProtocolError,
-    _worker_argv,
     encode_message,
 )
 from mq_cli.runners.handlers import (
@@ -47,13 +44,11 @@ from mq_cli.runners.handlers import (
     Outcome,
     Pacer,
     bounded,
-    handler_environ,
 )
 from mq_cli.runners.output import Tail
-from mq_cli.runners.process import _above_stdio, _pidfd, death, kill_group, kill_handler
+from mq_cli.runners.process import death, kill_group
+from mq_cli.runners.worker import READ_CHUNK, Worker
 
-CLOSE_GRACE = 5.0  # seconds a child gets to exit after its pipe closes, before SIGKILL
-READ_CHUNK = 1 << 16
 WINDOW = 32  # messages sent ahead of the running one ...
 WINDOW_BYTES = 1 << 20  # ... holding at most this many payload bytes (but always one)
 EXIT_CHECK = 0.2  # seconds between looks at the child, where no pidfd can tell us at once
@@ -83,17 +78,10 @@ class PythonRunner:
         self.path = path
         self.fmt = fmt
         self.hide = tuple(hide)
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._rfd = -1  # replies from the child
-        self._wfd = -1  # messages to the child (non-blocking)
-        self._cfd = -1  # take-backs to the child (non-blocking)
-        self._ofd = -1  # what the handler prints (non-blocking)
-        self._pidfd = -1  # readable once the child has exited (-1: not on this system)
-        self._mark = ""  # the child's fence.VAR, which all it starts inherits
-        self._output = Tail()
-        self._out = bytearray()  # frames not yet written to _wfd
+        self._child: Worker | None = None  # the child running now, with its pipes
+        self._output = Tail()  # what its handler printed, not yet passed on
+        self._out = bytearray()  # frames not yet written to the child
         self._buffer = FrameBuffer()
-        self._poller = select.poll()
         self._number = 0  # the last message number sent to this child
         self._taken = 0  # the highest number taken back from this child
         self._stopped = False
@@ -103,7 +91,7 @@ class PythonRunner:
     @property
     def pid(self) -> int | None:
         """The child's pid while one runs (for tests and operators' logs)."""
-        return self._proc.pid if self._proc is not None else None
+        return self._child.pid if self._child is not None else None
 
     def __enter__(self) -> PythonRunner:
         return self
@@ -113,7 +101,7 @@ class PythonRunner:
 
     def start(self) -> None:
         """Start the child now (run_many would start it with the first message)."""
-        if self._proc is None:
+        if self._child is None:
             self._first_spawn(Pacer(None, _nothing, 3600.0), None, None)
 
     def _first_spawn(self, pacer: Pacer, deadline: float | None, timeout: float | None) -> None:
@@ -185,7 +173,7 @@ class PythonRunner:
                         if not runnable(index, limit):
                             yield index, NOT_STARTED
                             continue
-                        if not sent and (self._proc is None or self._proc.poll() is not None):
+                        if not sent and (self._child is None or self._child.exited()):
                             # None running, or it died between messages (a handler's thread
                             # called os._exit...) before this one was sent: start over.
                             self._discard()
@@ -234,29 +222,22 @@ class PythonRunner:
     def stop(self) -> None:
         # May run in a signal handler: a flag and one atomic write, nothing else.
         self._stopped = True
-        if self._cfd >= 0:
-            self._take_back(SKIP_ALL)
+        self._take_back(SKIP_ALL)
 
     def close(self) -> None:
-        proc = self._proc
-        if proc is None:
+        child = self._child
+        if child is None:
             return
-        os.close(self._wfd)  # EOF: the worker's loop ends and it exits on its own
-        self._wfd = -1
-        try:
-            proc.wait(timeout=CLOSE_GRACE)
-        except subprocess.TimeoutExpired:  # a handler left a non-daemon thread running
-            kill_handler(proc.pid, self._mark)
-            proc.wait()
+        child.close()
         self._forget()
 
     def kill(self) -> None:
         # Called from a signal handler while run() may be waiting: only send
         # the signal; run() sees the pipe close, reaps and reports.
-        proc = self._proc
-        if proc is not None and proc.returncode is None:
+        child = self._child
+        if child is not None and child.proc.returncode is None:
             self._killed = True
-            kill_group(proc.pid)
+            kill_group(child.pid)
 
     def _send(self, job: Job, index: int, not_after: float) -> _Sent:
         payload, info = job
@@ -282,23 +263,27 @@ class PythonRunner:
 
     def _flush(self) -> None:
         """Write what the pipe takes now; the rest waits for POLLOUT in _next_reply."""
-        if not self._out:
+        child = self._child
+        if not self._out or child is None:
             return
         try:
             while self._out:
-                del self._out[: os.write(self._wfd, self._out)]
+                del self._out[: os.write(child.wfd, self._out)]
         except BlockingIOError:
             pass
         except BrokenPipeError:  # the child died: its EOF tells the rest
             self._out.clear()
-        self._poller.modify(self._wfd, select.POLLOUT if self._out else 0)
+        child.poller.modify(child.wfd, select.POLLOUT if self._out else 0)
 
     def _take_back(self, number: int) -> None:
-        if number <= self._taken:
+        # May run in a signal handler (stop): the child's take-back pipe read once.
+        child = self._child
+        cfd = child.cfd if child is not None else -1
+        if cfd < 0 or number <= self._taken:
             return
         self._taken = number
         try:
-            os.write(self._cfd, SKIP.pack(number))
+            os.write(cfd, SKIP.pack(number))
         except (BlockingIOError, BrokenPipeError):
             # Full: the child has not read 8,000 earlier take-backs, so it is not
             # between messages; or it is gone. Either way it starts nothing new.
@@ -313,6 +298,8 @@ class PythonRunner:
     ) -> tuple[dict[str, object] | None, bytes] | Outcome:
         """The child's next frame, calling tick() meanwhile; an Outcome if it never comes."""
         buffer = self._buffer
+        child = self._child
+        assert child is not None
         while True:
             try:
                 frame = buffer.next_frame()
@@ -329,13 +316,13 @@ class PythonRunner:
             wait = pacer.wait(None if deadline is None else deadline - now)
             if pacer.ticks != ticks:
                 after_tick()
-            if self._pidfd < 0:
+            if child.pidfd < 0:
                 wait = min(wait, EXIT_CHECK)
             exited = False
-            for fd, event in self._poller.poll(math.ceil(wait * 1000)):
-                if fd == self._rfd:
+            for fd, event in child.poller.poll(math.ceil(wait * 1000)):
+                if fd == child.rfd:
                     try:
-                        chunk = os.read(self._rfd, READ_CHUNK)
+                        chunk = os.read(child.rfd, READ_CHUNK)
                     except BlockingIOError:
                         continue
                     if not chunk:
@@ -343,72 +330,31 @@ class PythonRunner:
                     buffer.feed(chunk)
                     # The child flushes what a handler printed before its reply, so
                     # reading it now puts it before every reply in this chunk.
-                    if self._ofd >= 0:
-                        self._read_output()
-                elif fd == self._pidfd:
+                    if child.ofd >= 0:
+                        child.read_output()
+                elif fd == child.pidfd:
                     exited = True
-                elif fd == self._ofd:
-                    self._read_output()
+                elif fd == child.ofd:
+                    child.read_output()
                 elif event & select.POLLOUT:
                     self._flush()
                 else:  # POLLERR: the child closed its end (died)
                     self._out.clear()
-                    self._poller.modify(self._wfd, 0)
-            if exited or (
-                self._pidfd < 0 and self._proc is not None and self._proc.poll() is not None
-            ):
+                    child.poller.modify(child.wfd, 0)
+            if exited or (child.pidfd < 0 and child.exited()):
                 # Its death, not the pipe's EOF, is what counts: a process the handler
                 # forked may hold the pipe open for as long as it lives. What the child
                 # wrote before it died still counts (a reply, then an exit).
-                self._read_rest()
+                child.read_rest(buffer)
                 if not buffer.has_frame():
                     return self._died()
 
     def _spawn(self, pacer: Pacer, deadline: float | None, timeout: float | None) -> Outcome | None:
         """Start a child and wait for its 'ready'; an Outcome if it died or timed out."""
-        p2c_r, p2c_w = map(_above_stdio, os.pipe())
-        c2p_r, c2p_w = map(_above_stdio, os.pipe())
-        ctl_r, ctl_w = map(_above_stdio, os.pipe())
-        out_r, out_w = map(_above_stdio, os.pipe())
-        theirs = (p2c_r, c2p_w, ctl_r)
-        env = handler_environ(self.hide)
-        self._mark = env[fence.VAR] = fence.next_mark()
-        try:
-            proc = subprocess.Popen(
-                _worker_argv(self.path, self.fmt, theirs),
-                stdin=subprocess.DEVNULL,
-                stdout=out_w,
-                stderr=out_w,
-                pass_fds=theirs,
-                env=env,
-                # Its own process group, so a timeout also kills what the
-                # handler started, and a Ctrl-C in a terminal reaches only
-                # the drain, which decides.
-                start_new_session=True,
-            )
-        except BaseException:
-            for fd in (p2c_w, c2p_r, ctl_w, out_r):
-                os.close(fd)
-            raise
-        finally:
-            for fd in (*theirs, out_w):
-                os.close(fd)
-        os.set_blocking(p2c_w, False)
-        os.set_blocking(ctl_w, False)
-        os.set_blocking(out_r, False)
-        os.set_blocking(c2p_r, False)
-        self._proc, self._wfd, self._rfd, self._cfd = proc, p2c_w, c2p_r, ctl_w
-        self._ofd = out_r
-        self._pidfd = _pidfd(proc.pid)
+        self._child = Worker(self.path, self.fmt, self.hide, self._output)
         self._buffer = FrameBuffer()
         self._out = bytearray()
         self._number = self._taken = 0
-        self._poller = select.poll()
-        self._poller.register(c2p_r, select.POLLIN)
-        self._poller.register(p2c_w, 0)
-        self._poller.register(out_r, select.POLLIN)
-        if self._pidfd >= 0:
-            self._poller.register(self._pidfd, select.POLLIN)
         self._killed = False
         frame = self._next_reply(pacer, deadline, timeout, _nothing)
         if isinstance(frame, Outcome):
@@ -420,71 +366,25 @@ class PythonRunner:
         return None
 
     def _died(self) -> Outcome:
-        proc = self._proc
-        assert proc is not None
-        try:
-            proc.wait(timeout=1.0)
-        except subprocess.TimeoutExpired:  # closed our pipe but lives on: not usable
-            kill_group(proc.pid)
-            proc.wait()
-        # Whatever the handler started dies with it, as on a timeout.
-        kill_handler(proc.pid, self._mark)
+        child = self._child
+        assert child is not None
+        returncode = child.reap()
         killed = self._killed
         self._forget()
         if killed:
             return Outcome(ok=False, error="killed: the drain was stopped")
-        return Outcome(ok=False, error=f"handler process died: {death(proc.returncode)}")
+        return Outcome(ok=False, error=f"handler process died: {death(returncode)}")
 
     def _discard(self) -> None:
         """SIGKILL the child and everything it started, reap it, drop its pipes."""
-        proc = self._proc
-        if proc is None:
+        child = self._child
+        if child is None:
             return
-        if proc.returncode is None:
-            kill_group(proc.pid)
-        proc.wait()
-        kill_handler(proc.pid, self._mark)
+        child.discard()
         self._forget()
 
-    def _read_rest(self) -> None:
-        """Whatever the (dead) child wrote that we have not read yet."""
-        while True:
-            try:
-                chunk = os.read(self._rfd, READ_CHUNK)
-            except BlockingIOError:
-                break
-            if not chunk:
-                break
-            self._buffer.feed(chunk)
-        if self._ofd >= 0:
-            self._read_output()
-
-    def _read_output(self) -> None:
-        """Take in what the handler printed so far (its pipe never blocks us)."""
-        try:
-            while chunk := os.read(self._ofd, READ_CHUNK):
-                self._output.add(chunk)
-        except BlockingIOError:
-            return
-        # EOF: the child and all it started closed it; nothing more will come.
-        self._poller.unregister(self._ofd)
-        os.close(self._ofd)
-        self._ofd = -1
-
-    def _pass_output_on(self) -> None:
-        if self._ofd >= 0:
-            self._read_output()
-        self._output.to_stderr()
-
     def _forget(self) -> None:
-        self._pass_output_on()
-        # _cfd first: a signal handler (stop) may write to it at any moment.
-        fds = (self._cfd, self._rfd, self._wfd, self._ofd, self._pidfd)
-        self._cfd = self._rfd = self._wfd = self._ofd = self._pidfd = -1
-        for fd in fds:
-            if fd >= 0:
-                os.close(fd)
-        self._proc = None
+        self._child = None
         self._buffer = FrameBuffer()
         self._out = bytearray()
         self._number = self._taken = 0

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import mq_cli
-from mq_cli.backends.postgres import MAX_TABLE as MAX_PG_TABLE
-from mq_cli.backends.sqlite import SqliteBackend
+from mq_cli.backends.postgres.dialect import MAX_TABLE as MAX_PG_TABLE
+from mq_cli.backends.sqlite.dialect import SqliteBackend
 from mq_cli.cli import inputs
 from mq_cli.core.config import load_config, validate_queue_name, validate_table_name
 from mq_cli.core.durations import format_duration, parse_duration

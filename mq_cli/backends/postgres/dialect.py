@@ -7,16 +7,20 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from mq_cli.backends import bloat, commits, pg_errors, pg_schema, pg_url
-from mq_cli.backends import pg_topology as topology
+from mq_cli.backends import commits
 from mq_cli.backends.base import Found
 from mq_cli.backends.claims import unlock_claims_for_tests
 from mq_cli.backends.dialects import Dialect, LazyDriver, OpenOptions, driver_installed, register
-from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
+from mq_cli.backends.inserts import initial_status
 from mq_cli.backends.liveness import lock_key
-from mq_cli.backends.pg_claims import PgClaims
-from mq_cli.backends.pg_horizon import facts, horizon
-from mq_cli.backends.pg_inflight import AckInFlight, PgAcks
+from mq_cli.backends.postgres import claims, session, topology
+from mq_cli.backends.postgres import errors as pg_errors
+from mq_cli.backends.postgres import schema as pg_schema
+from mq_cli.backends.postgres import url as pg_url
+from mq_cli.backends.postgres.horizon import dead_rows, facts, horizon
+from mq_cli.backends.postgres.inflight import AckInFlight
+from mq_cli.backends.postgres.inserts import insert_messages
+from mq_cli.backends.postgres.listen import Listener, wake_channel
 from mq_cli.backends.sqlcore import SqlBackend, Tx
 from mq_cli.backends.sqlfiles import queries as dialect_queries
 from mq_cli.core.dburl import DatabaseSettings
@@ -28,6 +32,7 @@ from mq_cli.core.errors import (
     SchemaMissing,
     Unreachable,
 )
+from mq_cli.core.models import Message
 
 log = logging.getLogger("mq")
 
@@ -42,10 +47,6 @@ MAX_TABLE = 63 - len("_unique")
 #: `mq check` fails when a transaction (or a prepared one) has been open this long (seconds)
 #: (the table-growth lines' thresholds are in backends/bloat.py)
 LONG_TRANSACTION = 300.0
-
-
-def _seconds(value: Any) -> float | None:
-    return None if value is None else float(value)
 
 
 def queries(table: str) -> dict[str, str]:
@@ -69,7 +70,7 @@ def require_driver() -> None:
         raise ConfigError(pg_url.MISSING)
 
 
-class PostgresBackend(PgClaims, PgAcks):
+class PostgresBackend(SqlBackend):
     kind = dialect = "postgres"
     ddl_names = (
         "create_table", "create_claim_index", "create_unique_index", "create_due_index",
@@ -101,48 +102,29 @@ class PostgresBackend(PgClaims, PgAcks):
         self.driver_errors = (psycopg.Error,)
         self._statement_pool = False  # a pool in statement mode refused a BEGIN here
         self._acks = AckInFlight(psycopg)
+        self._listener = Listener(table, lambda: self.conn, self._errors, psycopg.Error)
         self.conn = self._connect()
         if create and self.schema_version() is None:
             self.init_schema()
 
     # -- the dialect: connection, errors, transactions, times -------------------
 
+    @property  # type: ignore[override]
+    def conn(self) -> Any:
+        # A success's DELETE in flight is read before the connection does anything else.
+        if self._acks.pending is not None:
+            self._acks.settle(self._conn, self._wrap)
+        return self._conn
+
+    @conn.setter
+    def conn(self, value: Any) -> None:
+        if getattr(self, "_conn", None) is not None:
+            self._acks.forget()
+        self._conn = value
+
     def _connect(self) -> Any:
         s = self.settings
-        options: dict[str, Any] = {
-            "user": s.user or "postgres",
-            "dbname": s.database,
-            "port": s.port,
-            "connect_timeout": max(1, round(s.connect_timeout)),
-            "application_name": "mq",
-            "autocommit": True,
-            # Prepared on the server only where no pooler can sit in between (pg_topology).
-            "prepare_threshold": topology.prepare_threshold(s),
-        }
-        if s.password is not None:
-            options["password"] = s.password
-        if s.unix_socket:
-            options["host"] = s.unix_socket
-        else:
-            # Several hosts: libpq tries them in order, and with target_session_attrs
-            # settles on the one that fits (read-write: the primary after a promotion).
-            hosts = s.hosts or ((s.host, s.port),)
-            options["host"] = ",".join(host for host, _ in hosts)
-            options["port"] = ",".join(str(port) for _, port in hosts)
-            # A cut connection surfaces as an error within ~2 minutes instead of a hang.
-            options.update(keepalives=1, keepalives_idle=30, keepalives_interval=10)
-            options.update(keepalives_count=3, tcp_user_timeout=120_000)
-        # TLS as the config says, never probed (FIELD-NOTES, trap 4: decide it, do not guess).
-        if s.sslmode:
-            options["sslmode"] = s.sslmode
-        elif s.ssl:
-            options["sslmode"] = "verify-full" if s.ssl_verify else "require"
-        else:
-            options["sslmode"] = "disable"
-        if s.ssl_ca:
-            options["sslrootcert"] = s.ssl_ca
-        if s.target_session_attrs:
-            options["target_session_attrs"] = s.target_session_attrs
+        options = session.connect_options(s)
         try:
             conn = psycopg.connect(**options)
         except psycopg.Error as exc:
@@ -266,9 +248,7 @@ class PostgresBackend(PgClaims, PgAcks):
     def reconnect(self) -> None:
         self.close()
         self.conn = self._connect()
-        queues, self._listening = self._listening, ()
-        for queue in dict.fromkeys(queues):
-            self.listen(queue)
+        self._listener.again()
 
     def close(self) -> None:
         try:
@@ -294,12 +274,7 @@ class PostgresBackend(PgClaims, PgAcks):
 
     def _migrate(self) -> list[str]:
         done = super()._migrate()
-        rows = self._rows(self._sql["storage_read"], (f'"{self.table}"',))
-        if pg_schema.storage_differs(rows[0][0] if rows else None):
-            self._change(self._sql["storage_set"], ())
-            if not any(line.startswith("created table") for line in done):
-                done.append(f"set the table's storage parameters: {pg_schema.storage()}")
-        return done
+        return done + pg_schema.set_storage(self, done)
 
     def _schema_race(self, exc: BaseException) -> bool:
         return pg_schema.race(exc)
@@ -312,14 +287,33 @@ class PostgresBackend(PgClaims, PgAcks):
             horizon(lambda name: self._rows(self._sql[name]), LONG_TRANSACTION)
         )
         rows = self._rows(self._sql["dead_rows"], (f'"{self.table}"',))
-        if rows:
-            live, dead, since_vacuum, changes, since_analyze, size, auto = rows[0]
-            vacuumed, analyzed = _seconds(since_vacuum), _seconds(since_analyze)
-            found.append(bloat.pg_dead_rows(self.table, live, dead, vacuumed, size, auto))
-            found.append(bloat.pg_statistics(self.table, int(live), int(changes), analyzed, auto))
-        return found
+        return found + dead_rows(self.table, rows)
 
-    # -- claims and inserts -------------------------------------------------------
+    # -- claims, acknowledgements and inserts (claims.py, inflight.py, inserts.py) ----
+
+    def _claim(self, queue: str, limit: int, owner: str) -> list[Any]:
+        return claims.claim_with(self._write_rows, self._sql["claim"], queue, limit, owner)
+
+    def _claim_rows(self, tx: Tx, queue: str, limit: int, owner: str) -> list[Any]:
+        # Inside a transaction of the caller's (rate_limit: the tokens and the claim).
+        return claims.claim_with(tx.rows, self._sql["claim"], queue, limit, owner)
+
+    def claim_acking(
+        self, queue: str, limit: int, owner: str, done: Sequence[int]
+    ) -> tuple[int, list[Message]]:
+        return claims.claim_acking(self, queue, limit, owner, done)
+
+    def ack_success_send(self, message: Message, owner: str, retention: float = 0.0) -> bool:
+        if retention > 0 and message.unique_key is not None:
+            return False  # a tombstone: its own UPDATE, in the usual way
+        conn = self.conn  # reads what an earlier one left
+        with self._errors():
+            self._acks.send(conn, self._sql["ack_delete"], message.id, owner)
+        return True
+
+    def ack_success_collect(self, message: Message, owner: str, retention: float = 0.0) -> bool:
+        done = self._acks.collected(self._conn, message.id, owner, self._wrap)
+        return self.ack_success(message, owner, retention) if done is None else done
 
     def explain_claim(self, queue: str, limit: int) -> list[str]:
         # The real statement (EXPLAIN alone runs nothing): the CTE's plan is the claim's.
@@ -343,72 +337,17 @@ class PostgresBackend(PgClaims, PgAcks):
     def _wake(self, tx: Tx, queue: str) -> None:
         tx.rows(self._sql["notify"], (wake_channel(self.table), queue))
 
-    _listening: tuple[str, ...] = ()
-
     def listen(self, queue: str) -> int | None:
         if self.pool_mode == "transaction":
             topology.Said.once(topology.NO_LISTEN)
             return None
-        channel = wake_channel(self.table)
-        with self._errors():
-            self.conn.execute(f'LISTEN "{channel}"')
-            self.conn.add_notify_handler(self._on_notify)
-        self._listening = (*self._listening, queue)
-        self._notified: set[str] = set()
-        return int(self.conn.fileno())
+        return self._listener.listen(queue)
 
     def listen_fd(self) -> int | None:
-        if not self._listening or self.conn.closed:
-            return None
-        return int(self.conn.fileno())
-
-    def _on_notify(self, note: Any) -> None:
-        # Notifications psycopg read while it ran a statement of ours.
-        self._notified.add(note.payload)
+        return self._listener.fd()
 
     def woken(self, queue: str) -> bool:
-        pgconn = self.conn.pgconn
-        try:
-            pgconn.consume_input()
-        except psycopg.Error:
-            return True  # the connection went: the claim that follows finds out
-        while (note := pgconn.notifies()) is not None:
-            self._notified.add(note.extra.decode("utf-8", "replace"))
-        if queue in self._notified:
-            self._notified.discard(queue)
-            return True
-        return False
-
-
-def wake_channel(table: str) -> str:
-    """The LISTEN/NOTIFY channel of a queue table (table names hold 57 characters,
-    channels 63)."""
-    return f"{table}_wake"
-
-
-def insert_messages(
-    tx: Tx,
-    sql: dict[str, str],
-    queue: str,
-    payloads: Sequence[bytes],
-    when: object,
-    priority: int,
-    unique_key: str | None,
-    status: str,
-) -> list[int | None]:
-    """Insert inside the caller's transaction (ours, or an application's)."""
-    if unique_key is not None:
-        return insert_each(
-            tx, sql, queue, payloads, when, priority, unique_key, lambda e: False, status
-        )
-    chunking = (1000, 64 << 20, lambda p: len(p) + 64)
-    return insert_rows(tx, sql, queue, payloads, when, priority, chunking, _returned, status=status)
-
-
-def _returned(tx: Tx, statement: str, params: list[object], count: int) -> list[int]:
-    # One statement draws its ids from the sequence row by row, in VALUES
-    # order: sorted, they are the rows' ids in order.
-    return sorted(int(row[0]) for row in tx.rows(statement, params))
+        return self._listener.woken(queue)
 
 
 def insert_in_transaction(

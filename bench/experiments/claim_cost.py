@@ -1,7 +1,7 @@
 """The cost of one claim, in process: mq's own `Backend.claim` of 100 on MariaDB and
 PostgreSQL, for each git revision given, interleaved (the machine is shared).
 
-    .venv/bin/python bench/claim_cost.py REV [REV ...] [--rounds 6] [--messages 20000]
+    .venv/bin/python bench/experiments/claim_cost.py REV [REV ...] [--rounds 6] [--messages 20000]
 
 Each revision's mq_cli is read with `git archive` (which changes nothing) into a
 temporary directory and runs in a child process of its own. A round loads the
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 URLS = {
     "MariaDB": "mysql://root@127.0.0.1:3306/mqbench_claim",
     "PostgreSQL": "postgresql://postgres@127.0.0.1:5432/mqbench_claim",

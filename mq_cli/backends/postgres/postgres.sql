@@ -467,7 +467,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS "{table}_unique"
 INSERT INTO "{table}" (queue, available_at, created_at, payload)
 VALUES ('mq check probe', pg_catalog.now(), pg_catalog.now(), '\x'::pg_catalog.bytea)
 
--- What holds the vacuum horizon (`mq check`, backends/pg_horizon.py): while any
+-- What holds the vacuum horizon (`mq check`, backends/postgres/horizon.py): while any
 -- of these is older than a deleted row, VACUUM cannot remove that row.
 
 -- name: long_transaction
@@ -818,7 +818,7 @@ SELECT pg_catalog.version(), pg_catalog.current_setting('server_version_num')::i
        EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus')
 
 -- name: search_path
--- `mq check` (backends/pg_topology.py): the schemas this session searches, in
+-- `mq check` (backends/postgres/topology.py): the schemas this session searches, in
 -- order, the implicit ones (pg_catalog, pg_temp) included.
 SELECT pg_catalog.current_schemas(true)
 

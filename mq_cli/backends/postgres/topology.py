@@ -120,7 +120,7 @@ def search_path_check(schemas: list[str]) -> tuple[str, bool, str, bool]:
     """`mq check`'s line on the search path (``current_schemas(true)``): mq's statements
     name pg_catalog for every function and type, but their operators (``=``, ``<``,
     ``+``, ...) are found on the path, and are pg_catalog's only while it comes first
-    (sql/postgres.sql says why). pg_temp is never searched for operators."""
+    (postgres/postgres.sql says why). pg_temp is never searched for operators."""
     path = [schema for schema in schemas if not schema.startswith("pg_temp")]
     before = path[: path.index("pg_catalog")] if "pg_catalog" in path else path
     if not before:

@@ -9,13 +9,15 @@ gone, a standby's oldest query through hot_standby_feedback (pg_stat_replication
 backend_xmin), a replication slot (its xmin: a standby's oldest query; its
 catalog_xmin: a logical slot, which also keeps WAL). Each check names the oldest
 holder, its age and what to do; :func:`facts` gives the same for `mq status
---json`; the statements are in sql/postgres.sql.
+--json`; the statements are in postgres/postgres.sql.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+from mq_cli.backends import bloat, traits
 
 #: an active slot this many transactions behind fails the check
 HORIZON_XIDS = 1_000_000
@@ -165,3 +167,20 @@ def slots(rows: Rows, xids: int) -> Found:
             f"({what}): {effect}; {todo}",
         )  # fmt: skip
     return ("replication slots", True, f"{len(found)} active, none far behind")
+
+
+def dead_rows(table: str, rows: list[Any]) -> list[traits.Found]:
+    """What VACUUM and ANALYZE left of the table (its dead_rows statement's row),
+    judged as every dialect's table growth is (backends/bloat.py)."""
+    if not rows:
+        return []
+    live, dead, since_vacuum, changes, since_analyze, size, auto = rows[0]
+    vacuumed, analyzed = _seconds(since_vacuum), _seconds(since_analyze)
+    return [
+        bloat.pg_dead_rows(table, live, dead, vacuumed, size, auto),
+        bloat.pg_statistics(table, int(live), int(changes), analyzed, auto),
+    ]
+
+
+def _seconds(value: Any) -> float | None:
+    return None if value is None else float(value)

@@ -1,6 +1,6 @@
 """Would an acknowledgement on a second thread hide the drain's own work? Measured.
 
-    bench/.venv/bin/python bench/ack_thread.py [--messages 20000] [--work 3000]
+    bench/.venv/bin/python bench/experiments/ack_thread.py [--messages 20000] [--work 3000]
         [--mysql-url mysql://root@127.0.0.1:3306/mqbench_ack]
         [--pg-url postgresql://postgres@127.0.0.1:5432/postgres] [--rounds 2]
 

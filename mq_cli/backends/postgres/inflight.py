@@ -2,7 +2,7 @@
 
 The drain's work on the next result (the worker's reply, the run log, the ticks)
 then runs while the server commits, in one thread: a second thread would wait on
-the GIL longer than the work it hides (bench/ack_thread.py, bench/ack_inflight.py).
+the GIL longer than the work it hides (bench/experiments/ack_thread.py, bench/experiments/ack_inflight.py).
 
 The connection is psycopg's; psycopg knows nothing of this statement, so its result
 must be read before psycopg sends anything: the backend's ``conn`` reads it first
@@ -16,9 +16,7 @@ import select
 from collections.abc import Callable
 from typing import Any
 
-from mq_cli.backends.sqlcore import SqlBackend
 from mq_cli.core.errors import ConnectionLost, Deadlock, MqError
-from mq_cli.core.models import Message
 
 #: the name of the prepared DELETE on each server session that has it
 PREPARED = b"mq_ack_delete"
@@ -97,6 +95,19 @@ class AckInFlight:
             self.settle(conn, wrap)
         return self._read.pop((ident, owner), None)
 
+    def collected(
+        self, conn: Any, ident: int, owner: str, wrap: Callable[[BaseException], MqError]
+    ) -> bool | None:
+        """What ``ack_success`` of ``ident`` would have returned; None where it must run
+        again: never read (the connection was replaced), lost with it, or a deadlock
+        (False then may mean the first one landed: the drain looks at the row)."""
+        result = self.take(conn, ident, owner, wrap)
+        if isinstance(result, int):
+            return result == 1
+        if isinstance(result, MqError) and not isinstance(result, Deadlock):
+            raise result
+        return None
+
     def forget(self) -> None:
         """The connection is being replaced: nothing pending on it will be read."""
         if self.pending is not None:
@@ -128,40 +139,3 @@ class AckInFlight:
             if result.status != ok:
                 raise self._psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
         return sum(result.command_tuples or 0 for result in results)
-
-
-class PgAcks(SqlBackend):
-    """:class:`mq_cli.backends.postgres.PostgresBackend`'s successes sent ahead."""
-
-    _acks: AckInFlight
-    _conn: Any
-
-    @property  # type: ignore[override]
-    def conn(self) -> Any:
-        if self._acks.pending is not None:
-            self._acks.settle(self._conn, self._wrap)
-        return self._conn
-
-    @conn.setter
-    def conn(self, value: Any) -> None:
-        if getattr(self, "_conn", None) is not None:
-            self._acks.forget()
-        self._conn = value
-
-    def ack_success_send(self, message: Message, owner: str, retention: float = 0.0) -> bool:
-        if retention > 0 and message.unique_key is not None:
-            return False  # a tombstone: its own UPDATE, in the usual way
-        conn = self.conn  # reads what an earlier one left
-        with self._errors():
-            self._acks.send(conn, self._sql["ack_delete"], message.id, owner)
-        return True
-
-    def ack_success_collect(self, message: Message, owner: str, retention: float = 0.0) -> bool:
-        result = self._acks.take(self._conn, message.id, owner, self._wrap)
-        if isinstance(result, int):
-            return result == 1
-        if isinstance(result, MqError) and not isinstance(result, Deadlock):
-            raise result
-        # Never read (the connection was replaced), lost with it, or a deadlock: run it
-        # again. False then may mean the first one landed: the drain looks at the row.
-        return self.ack_success(message, owner, retention)

@@ -15,7 +15,7 @@ from mq_cli.backends.dialects import Dialect, OpenOptions, register
 from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
 from mq_cli.backends.sqlcore import SqlBackend, Tx
 from mq_cli.backends.sqlfiles import queries as dialect_queries
-from mq_cli.backends.sqlite_wal import WalGuard
+from mq_cli.backends.sqlite.wal import WalGuard
 from mq_cli.core.dburl import DatabaseSettings, UrlForm, redact_url
 from mq_cli.core.errors import ConfigError, DatabaseError, MqError, SchemaMissing
 from mq_cli.core.version import SCHEMA_VERSION

@@ -1,6 +1,6 @@
 """Drain throughput on a private 3-node Galera cluster: two deployments.
 
-    .venv/bin/python bench/galera.py [--messages 10000] [--drains 6] [--rounds 2]
+    .venv/bin/python bench/experiments/galera.py [--messages 10000] [--drains 6] [--rounds 2]
 
 Starts a cluster of its own (tests/servers.py: free ports, own datadirs,
 stopped at the end; needs root, galera-4 and rsync), enqueues N messages on
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 sys.path.insert(0, str(ROOT))
 
 from tests.servers import GaleraCluster, unavailable  # noqa: E402
@@ -99,7 +99,7 @@ def main() -> None:
     args = parser.parse_args()
     reason = unavailable(galera=True)
     if reason:
-        sys.exit(f"bench/galera.py: {reason}")
+        sys.exit(f"bench/experiments/galera.py: {reason}")
     work = Path(tempfile.mkdtemp(prefix="mq-bench-galera-"))
     (work / "mqgalera.py").write_text(HANDLER)
     cluster = GaleraCluster()

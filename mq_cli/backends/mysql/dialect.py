@@ -3,32 +3,35 @@
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from mq_cli.backends import bloat, mysql_url
+from mq_cli.backends import bloat
 from mq_cli.backends.base import Caps, Found
 from mq_cli.backends.claims import unlock_claims_for_tests
 from mq_cli.backends.dialects import Dialect, LazyDriver, OpenOptions, register
 from mq_cli.backends.engines import mysql_engine
 from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
 from mq_cli.backends.liveness import lock_name
-from mq_cli.backends.mysql_packet import escaped_size, max_payload, too_large_hint
+from mq_cli.backends.mysql import errors
+from mq_cli.backends.mysql import url as mysql_url
+from mq_cli.backends.mysql.errors import (
+    ER_DUP_ENTRY,
+    ER_NO_SUCH_TABLE,
+    ER_UNKNOWN_SYSTEM_VARIABLE,
+    error_code,
+)
+from mq_cli.backends.mysql.packet import escaped_size, max_payload, too_large_hint
+from mq_cli.backends.mysql.server import ServerInfo, session_options
 from mq_cli.backends.sqlcore import RETRIES, SqlBackend, Tx
 from mq_cli.backends.sqlfiles import queries as dialect_queries
 from mq_cli.core.dburl import DatabaseSettings
-from mq_cli.core.errors import READ_ONLY as READ_ONLY_TEXT
 from mq_cli.core.errors import (
-    ConfigError,
     ConnectionLost,
     DatabaseError,
-    Deadlock,
     MqError,
     PayloadTooLarge,
-    PermissionDenied,
-    ReadOnly,
     SchemaMissing,
     Unreachable,
 )
@@ -41,25 +44,7 @@ if TYPE_CHECKING:
 else:
     pymysql = LazyDriver("pymysql", "pymysql.cursors")
 
-ER_ACCESS_DENIED = 1045
-ER_BAD_DB = 1049
-ER_NO_SUCH_TABLE = 1146
-#: a table's or a column's privilege missing ("INSERT command denied ... for table `db`.`t`")
-ER_TABLE_DENIED = {1142, 1143}
-ER_LOCK_WAIT_TIMEOUT = 1205
-ER_LOCK_DEADLOCK = 1213
-ER_NET_PACKET_TOO_LARGE = 1153
-ER_DUP_ENTRY = 1062
-ER_UNKNOWN_SYSTEM_VARIABLE = 1193
-LOST = {2006, 2013, 2014, 2055, 0}  # gone away, lost during query, out of sync, lost, closed
-CANNOT_CONNECT = {2002, 2003, 2005}
-RETRYABLE = {ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT}
-#: a server that refuses writes: --read-only / super_read_only (1290, also used for
-#: other options: only with "read-only" in its text), innodb_read_only (1836), and
-#: MySQL 8's ALTER SCHEMA ... READ ONLY (3989)
-ER_OPTION_PREVENTS_STATEMENT = 1290
-READ_ONLY_CODES = {ER_OPTION_PREVENTS_STATEMENT, 1836, 3989}
-#: every statement of sql/mysql.sql is written for this mode, whatever the server's
+#: every statement of mysql/mysql.sql is written for this mode, whatever the server's
 SQL_MODE = "STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION"
 #: tries of a statement that deadlocked on a Galera node (where another node's
 #: concurrent write to the same row is a 1213 at COMMIT); one server: sqlcore.RETRIES
@@ -70,11 +55,6 @@ def utc(moment: datetime | None) -> datetime | None:
     return moment.replace(tzinfo=timezone.utc) if moment is not None else None
 
 
-def error_code(exc: BaseException) -> int | None:
-    args = getattr(exc, "args", ())
-    return args[0] if args and isinstance(args[0], int) else None
-
-
 def queries(table: str) -> dict[str, str]:
     return dialect_queries("mysql", table)
 
@@ -82,31 +62,6 @@ def queries(table: str) -> dict[str, str]:
 def ddl(table: str) -> list[str]:
     sql = queries(table)
     return [sql[name] for name in MysqlBackend.ddl_names]
-
-
-class ServerInfo:
-    """What the server supports, read once per connection."""
-
-    def __init__(
-        self, version: str, max_packet: int, increment: int, lock_mode: int, galera: bool = False
-    ):
-        self.version_text = version
-        #: a Galera cluster node: row locks are local, conflicts come as 1213 at COMMIT
-        self.galera = galera
-        self.mariadb = "mariadb" in version.lower()
-        match = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
-        self.version = tuple(int(x) for x in match.groups()) if match else (0, 0, 0)
-        self.max_packet = max_packet
-        self.increment = increment
-        self.lock_mode = lock_mode
-
-    @property
-    def skip_locked(self) -> bool:
-        return self.version >= ((10, 6, 0) if self.mariadb else (8, 0, 1))
-
-    @property
-    def returning(self) -> bool:
-        return self.mariadb and self.version >= (10, 5, 0)
 
 
 class MysqlBackend(SqlBackend):
@@ -136,41 +91,7 @@ class MysqlBackend(SqlBackend):
 
     def _connect(self) -> pymysql.connections.Connection:
         s = self.settings
-        options: dict[str, Any] = {
-            "user": s.user or "root",
-            "password": s.password or "",
-            "database": s.database,
-            "connect_timeout": s.connect_timeout,
-            "read_timeout": 120,
-            "write_timeout": 120,
-            "autocommit": True,
-            "charset": "utf8mb4",
-            # Claims under REPEATABLE READ lock rows they pass over (FIELD-NOTES, trap 2).
-            "init_command": "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
-            # Sent before init_command: the server's sql_mode could otherwise change
-            # what mq's SQL means (ORACLE: BEGIN opens a block; EMPTY_STRING_IS_NULL:
-            # a tombstone's '' payload becomes NULL).
-            "sql_mode": SQL_MODE,
-        }
-        if s.unix_socket:
-            options["unix_socket"] = s.unix_socket
-        else:
-            options["host"] = s.host
-            options["port"] = s.port
-        if s.ssl:
-            import ssl
-
-            try:
-                context = ssl.create_default_context(cafile=s.ssl_ca)
-            except (OSError, ssl.SSLError) as exc:
-                raise ConfigError(f"database ssl: cannot use CA file {s.ssl_ca}: {exc}") from None
-            if not s.ssl_verify:
-                context.check_hostname = False
-                context.verify_mode = ssl.CERT_NONE
-            options["ssl"] = context
-        else:
-            # PyMySQL otherwise probes TLS on every connect (FIELD-NOTES, trap 4).
-            options["ssl_disabled"] = True
+        options = session_options(s, SQL_MODE)
         try:
             conn = pymysql.connect(**options)
             with conn.cursor() as cursor:
@@ -209,46 +130,7 @@ class MysqlBackend(SqlBackend):
         return conn
 
     def _wrap(self, exc: BaseException, connecting: bool = False) -> MqError:
-        if isinstance(exc, OSError):
-            return ConnectionLost(f"lost the connection to {self.settings.describe()}: {exc}")
-        code = error_code(exc)
-        where = self.settings.describe()
-        text = exc.args[1] if len(exc.args) > 1 else str(exc)
-        if code == ER_ACCESS_DENIED:
-            return DatabaseError(
-                f"access denied at {where}: check the user and password in the config "
-                "(the password is not shown)"
-            )
-        if code == ER_BAD_DB:
-            return DatabaseError(f"database does not exist at {where}: create it first")
-        if code == ER_NO_SUCH_TABLE:
-            return SchemaMissing(
-                f"the queue table {self.table!r} is missing at {where}: run `mq init`"
-            )
-        if code in ER_TABLE_DENIED:
-            named = re.search(r"for table [`']?(?:[^`'.]*[`']?\.[`']?)?([^`'.\s]+)", str(text))
-            return PermissionDenied(
-                f"{where}: {text} (this user lacks a privilege: README, Least privilege)",
-                named.group(1) if named else None,
-            )
-        if code in RETRYABLE:
-            return Deadlock(f"{where}: {text} (retries exhausted)")
-        if code in READ_ONLY_CODES and (
-            code != ER_OPTION_PREVENTS_STATEMENT or "read-only" in str(text).lower()
-        ):
-            return ReadOnly(
-                f"{READ_ONLY_TEXT}: {where}: {text}; point mq at the primary (a proxy or "
-                "virtual IP that follows failovers)"
-            )
-        if code == ER_NET_PACKET_TOO_LARGE:
-            return PayloadTooLarge(
-                f"{where}: a statement exceeded the server's max_allowed_packet: {text}"
-            )
-        if connecting or code in CANNOT_CONNECT:
-            return Unreachable(f"cannot connect to the database at {where}: {text}")
-        if code in LOST or isinstance(exc, pymysql.err.InterfaceError):
-            return ConnectionLost(f"lost the connection to {where}: {text or 'connection closed'}")
-        return DatabaseError(f"{where}: {text}")
+        return errors.wrap(exc, self.settings.describe(), self.table, connecting)
 
     def _begin(self) -> None:
         # Not PyMySQL's begin(): its BEGIN opens a block, not a transaction, in

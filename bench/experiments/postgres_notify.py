@@ -3,7 +3,7 @@ one (`pg_notify` in its transaction, so waiting drains on any host wake at
 commit), and PostgreSQL serializes the commits of notifying transactions on one
 lock. Measured as the issue asks, with 4 producers at once:
 
-    .venv/bin/python bench/postgres_notify.py [--url postgresql://postgres@127.0.0.1:5432]
+    .venv/bin/python bench/experiments/postgres_notify.py [--url postgresql://postgres@127.0.0.1:5432]
         [--producers 4] [--messages 2000]
 
 Each producer process enqueues --messages messages one per transaction through
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402

@@ -1,6 +1,6 @@
 """Drain throughput through PgBouncer (transaction and session mode) against direct.
 
-    .venv/bin/python bench/pooler.py [--url postgresql://postgres@127.0.0.1:5432/postgres]
+    .venv/bin/python bench/experiments/pooler.py [--url postgresql://postgres@127.0.0.1:5432/postgres]
                                      [--messages 5000] [--rounds 2] [--procs 1,4]
 
 The workload and the timing of bench/postgres.py's "mq" row (its Bench.mq: `mq
@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 

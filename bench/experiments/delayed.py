@@ -1,6 +1,6 @@
 """Does a claim's cost grow with rows it cannot claim now? (issue 21's done-when)
 
-    .venv/bin/python bench/delayed.py [--rounds 3] [--backends sqlite,mysql,postgres]
+    .venv/bin/python bench/experiments/delayed.py [--rounds 3] [--backends sqlite,mysql,postgres]
 
 On each backend, the whole `mq drain -q q` of 10,000 ready messages (no-op
 Python handler, batch 100, one drain, interpreter start included) is timed on
@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 JOBS = ROOT / "bench" / "jobs"
 DB = "mqbench_delayed"
 READY = 10_000
@@ -102,7 +102,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--backends", default="sqlite,mysql,postgres")
     args = parser.parse_args()
-    print(f"# bench/delayed.py, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+    print(f"# bench/experiments/delayed.py, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"load {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")  # fmt: skip
     print("\n| backend | without (msg/s) | with 300k delayed (msg/s) | with / without |")
     print("| --- | --- | --- | --- |")

@@ -1,6 +1,6 @@
-"""Enqueue-to-start latency of peer job queues, measured as bench/latency.py measures mq.
+"""Enqueue-to-start latency of peer job queues, measured as bench/experiments/latency.py measures mq.
 
-    .venv/bin/python bench/latency_peers.py [--messages 200] [--gap 0.01-0.06]
+    .venv/bin/python bench/experiments/latency_peers.py [--messages 200] [--gap 0.01-0.06]
         [--systems rq,huey,procrastinate,pgqueuer] [--redis-url URL] [--pg-url URL]
         [--bench-venv bench/.venv] [--peers-venv bench/peers-venv]
 
@@ -47,7 +47,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 sys.path.insert(0, str(ROOT / "bench"))
 
 from common import stop  # noqa: E402

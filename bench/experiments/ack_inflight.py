@@ -1,9 +1,9 @@
 """One acknowledgement in flight without a thread, on PostgreSQL: what it would gain.
 
-    bench/.venv/bin/python bench/ack_inflight.py [--messages 4000] [--work 3000]
+    bench/.venv/bin/python bench/experiments/ack_inflight.py [--messages 4000] [--work 3000]
         [--procs 1,2] [--rounds 2] [--url postgresql://postgres@127.0.0.1:5432/postgres]
 
-bench/ack_thread.py shows that a second thread cannot hide the drain's work
+bench/experiments/ack_thread.py shows that a second thread cannot hide the drain's work
 behind the acknowledgement's commit. libpq can, in one thread: the DELETE is
 sent (`PQsendQueryParams`), the drain does its work for the next message while
 the server commits, then reads the result (`PQgetResult`) before it sends the

@@ -1,6 +1,6 @@
 """Enqueue-to-start latency of `mq drain --wait`, with and without the wake-up.
 
-    .venv/bin/python bench/latency.py [--messages 200] [--gap 0.01-0.06] [--mysql-url URL]
+    .venv/bin/python bench/experiments/latency.py [--messages 200] [--gap 0.01-0.06] [--mysql-url URL]
         [--pg-url URL] [--backends sqlite,mysql,postgres]
 
 For each backend (SQLite in a temporary directory; MariaDB and PostgreSQL in a
@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 sys.path.insert(0, str(ROOT))
 
 import mq_cli.backends  # noqa: E402 - also registers the dialects load_config reads

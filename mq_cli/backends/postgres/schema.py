@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mq_cli.backends.plumbing import Executor
+
 #: a queue table that empties and fills all day: vacuum it early and unthrottled, and
 #: leave room on each page for the claim's and the ack's new row versions
 STORAGE = {
@@ -36,3 +38,15 @@ def race(exc: Any) -> bool:
     unique violation there, not among the queue's rows)."""
     constraint = getattr(getattr(exc, "diag", None), "constraint_name", None)
     return getattr(exc, "sqlstate", None) in DUPLICATES or constraint in CATALOG_NAMES
+
+
+def set_storage(db: Executor, done: list[str]) -> list[str]:
+    """After the shared migration (``done`` says what it did): the table's storage
+    parameters, set where they differ; what that did."""
+    rows = db._rows(db._sql["storage_read"], (f'"{db.table}"',))
+    if not storage_differs(rows[0][0] if rows else None):
+        return []
+    db._change(db._sql["storage_set"], ())
+    if any(line.startswith("created table") for line in done):
+        return []
+    return [f"set the table's storage parameters: {storage()}"]

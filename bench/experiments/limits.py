@@ -1,7 +1,7 @@
 """The cost of the fleet limits: drain throughput with `max_drains`, and with a
 `rate_limit` far above the drain's speed, against neither (target: <= 5 % slower).
 
-Not part of `bench/run` (like postgres.py): ``python bench/limits.py [--quick]``
+Not part of `bench/run` (like postgres.py): ``python bench/experiments/limits.py [--quick]``
 with the project's virtualenv. For each database (SQLite in a temporary
 directory, MariaDB at $MQ_BENCH_MYSQL_URL, default
 mysql://root@127.0.0.1:3306/mqbench_limits, dropped and recreated) and each
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 MQ = [sys.executable, "-m", "mq_cli"]
 QUEUE = "bench"
 CONFIGS = {

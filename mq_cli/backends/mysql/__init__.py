@@ -1,0 +1,11 @@
+"""The MariaDB/MySQL dialect.
+
+``dialect.py`` (the Backend and its registration), ``url.py`` (its URL forms),
+``server.py`` (the session's options, what the server is), ``errors.py`` (error
+codes to mq's errors), ``packet.py`` (what fits in the server's
+max_allowed_packet), ``mysql.sql`` (every statement). Importing this package registers the dialect.
+"""
+
+from mq_cli.backends.mysql.dialect import MysqlBackend
+
+__all__ = ["MysqlBackend"]
