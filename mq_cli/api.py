@@ -1,8 +1,7 @@
 """The Python API: what the CLI calls, and what applications import.
 
-No click and no SQL here: SQL lives in ``backends/``, rendering in ``cli/`` and
-``core/render.py``; the operators' commands' logic in ``ops/``, the drain in ``drain/``.
-"""
+No click and no SQL here: SQL is in ``backends/``, rendering in ``cli/`` and ``core/``,
+the operators' commands' logic in ``ops/``, the drain in ``drain/``."""
 
 from __future__ import annotations
 
