@@ -138,7 +138,7 @@ class Bench:
         self.sections = args.only or SECTIONS
         self.workdir = Path(tempfile.mkdtemp(prefix="mqbench-"))
         kinds = args.backend or ["mysql", "sqlite", "postgres"]
-        if not {"scale", "postgres"} & set(self.sections):  # PostgreSQL: these sections only
+        if not {"scale", "postgres", "coldstart"} & set(self.sections):  # PostgreSQL: these only
             kinds = [k for k in kinds if k != "postgres"]
         db_name = args.mysql_url.rstrip("/").rsplit("/", 1)[-1]
         if "mysql" in kinds and not db_name.startswith("mqbench"):
@@ -281,7 +281,7 @@ class Bench:
     def coldstart(self) -> None:
         log("== cold start")
         self.results["coldstart"] = self.unit(
-            w.cold_start, self.classic, self.sizes["cold_runs"], self.workdir
+            w.cold_start, self.targets, self.sizes["cold_runs"], self.workdir
         )
 
     def drain(self) -> None:

@@ -379,6 +379,9 @@ def render(results: dict[str, Any]) -> str:
             "bare_mysql_select1": "bare script: import click, PyMySQL, PyYAML; connect (TLS off); SELECT 1",
             "bare_mysql_select1_tls_probe": "the same, PyMySQL's default TLS probe",
             "mq_enqueue_mysql_config": "`mq -c mq.yaml enqueue` one message, MariaDB",
+            "import_psycopg": '`python -c "import psycopg"`',
+            "bare_pg_select1": "bare script: import click, psycopg, PyYAML; connect; SELECT 1",
+            "mq_enqueue_postgres_config": "`mq -c mq.yaml enqueue` one message, PostgreSQL",
         }
         out.append(table(["command", "median ms", "min ms"], [
             [label, _fmt(cold[key]["median_ms"], 1), _fmt(cold[key]["min_ms"], 1)]

@@ -149,6 +149,7 @@ def cold_start(targets: list[Target], runs: int, workdir: Path) -> dict[str, Any
     SQLite: the zero-config default (no config file anywhere, $XDG_DATA_HOME/mq/mq.db)
     against `python -c "import click"`. MariaDB: with a config file, against a bare
     script importing click, PyMySQL and PyYAML that connects and runs SELECT 1.
+    PostgreSQL: the same with psycopg, and psycopg's import alone.
     """
     home = workdir / "cold"
     empty = home / "empty"
@@ -181,6 +182,17 @@ def cold_start(targets: list[Target], runs: int, workdir: Path) -> dict[str, Any
         cases["bare_mysql_select1_tls_probe"] = [py, "-c", script.format(connect=connect, tls="")]
         cases["mq_enqueue_mysql_config"] = [
             mq, "-c", str(mysql.config), "enqueue", "-q", "cold", '{"n": 1}',
+        ]  # fmt: skip
+    postgres = next((t for t in targets if t.kind == "postgres"), None)
+    if postgres is not None:
+        cases["import_psycopg"] = [py, "-c", "import psycopg"]
+        cases["bare_pg_select1"] = [py, "-c", (
+            "import click, psycopg, yaml\n"
+            f"c = psycopg.connect({postgres.url!r})\n"
+            "c.execute('SELECT 1').fetchall()\nc.close()\n"
+        )]  # fmt: skip
+        cases["mq_enqueue_postgres_config"] = [
+            mq, "-c", str(postgres.config), "enqueue", "-q", "cold", '{"n": 1}',
         ]  # fmt: skip
     times: dict[str, list[float]] = {name: [] for name in cases}
     for round_ in range(runs + 1):  # round 0 warms the page cache and creates the SQLite schema

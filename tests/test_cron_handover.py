@@ -105,3 +105,13 @@ def test_a_slot_says_its_holders_end(tmp_path):
             assert Path(second.path).read_text().split() == [str(__import__("os").getpid())]
             assert slots.ending_at(lock_dir, "q", 2) == 1234.5
     assert slots.ending_at(lock_dir, "q", 2) is None  # released: nobody ends
+
+
+def test_a_run_that_ends_before_the_holder_does_not_wait(tmp_path):
+    lock_dir = str(tmp_path / "locks")
+    with slots.acquire(lock_dir, "q", 1, ends_at=time.time() + 4):
+        started = time.monotonic()
+        assert slots.take_over(lock_dir, "q", 1, time.time() + 3.5, lambda: False) is None
+        assert time.monotonic() - started < 3  # did not wait out its own 3.5 s
+        # a run with time left waits, until told to stop
+        assert slots.take_over(lock_dir, "q", 1, time.time() + 60, lambda: True) is None

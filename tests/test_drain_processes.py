@@ -16,7 +16,9 @@ from mq_cli.backends.liveness import GRACE
 from tests.proxy import Proxy
 
 
-def wait_for(predicate, timeout: float = 20.0, every: float = 0.05):
+def wait_for(predicate, timeout: float = 600.0, every: float = 0.05):
+    """Until ``predicate()`` holds; the deadline only catches a hang (a loaded machine
+    may take long to start drains)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         value = predicate()

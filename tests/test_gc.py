@@ -222,6 +222,7 @@ def test_requeue_stalled_counts_a_failure_and_fails_at_max_errors(db, tmp_path):
     assert result.exit_code == 0, result.output
     assert "requeued 2 stalled message(s)" in result.stdout
     assert "1 reached max_errors" in result.stdout
+    assert "; ready in 1.5 s" in result.stdout  # liveness.GRACE, not "now"
     status, errors, owner, last_error = row(db, first)
     assert (status, errors, owner) == ("ready", 1, None)
     assert "stalled" in last_error and DEAD in last_error and "requeued" in last_error

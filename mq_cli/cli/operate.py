@@ -57,7 +57,8 @@ def _stdin_is_terminal() -> bool:
 )  # fmt: skip
 @click.option(
     "--requeue", is_flag=True,
-    help="Back to ready now (stalled: counts a failure, failed at max_errors; failed: "
+    help="Back to ready (stalled: ready 1.5 s later, once a cut-off drain's handler "
+    "has surely stopped; counts a failure, failed at max_errors; failed: at once, "
     "error count reset to 0).",
 )  # fmt: skip
 @click.option("--delete", is_flag=True, help="Delete them.")
@@ -167,7 +168,16 @@ def _gc_summary(report: GcReport, err: bool) -> None:
             line += f"; {q.now_failed} reached max_errors and are now failed"
         if q.matched > q.changed:
             line += f"; {q.matched - q.changed} changed meanwhile and were left alone"
+        if report.action == "requeue" and report.kind == "stalled" and q.changed:
+            # liveness.GRACE: a drain that was only cut off stops its handler first
+            line += f"; ready in {liveness_grace():g} s"
         click.echo(line, err=err)
+
+
+def liveness_grace() -> float:
+    from mq_cli.backends.liveness import GRACE
+
+    return GRACE
 
 
 # -- list, show -----------------------------------------------------------------------

@@ -281,6 +281,8 @@ def take_over(
     end = ending_at(lock_dir, queue, concurrency)
     if end is None or end - time.time() > HANDOVER_WITHIN:
         return None
+    if ends_at is not None and ends_at <= end:
+        return None  # this run would end before the holder does: nothing to take over
     give_up = end + HANDOVER_PATIENCE
     if ends_at is not None:
         give_up = min(give_up, ends_at)

@@ -386,7 +386,10 @@ def drain_to_the_end(
         gc()
         for queue in queues:
             for _ in range(per_queue):
-                fleet.start(queue, "--wait", "--max-seconds", "4")
+                # Plain drains that end when nothing is ready: a short --max-seconds
+                # was spent on a loaded machine before the first claim (no progress,
+                # round after round); the loop itself waits out retries' backoff.
+                fleet.start(queue, "--max-seconds", "120")
         fleet.wait(60)
         now_left = remaining(sql)
         if sum(now_left.values()) < sum(left.values()):
