@@ -80,6 +80,17 @@ def test_a_timeout_costs_the_running_job_only(runner, tmp_path):
     assert pids(out)[:2] == [first, first] and pids(out)[2] != first
 
 
+def test_starting_a_fresh_worker_is_not_the_next_jobs_time(tmp_path):
+    # Each start imports for 2 s, more than the 1 s timeout: only the job that
+    # hangs times out, not the one that waits for the fresh worker behind it.
+    out = tmp_path / "ran"
+    with make_runner("tests.slow_import:step", "json") as slow:
+        results = dict(slow.run_many(jobs(out, {"sleep": 30}, {}), always, 1, nothing, 0.2))
+    assert results[0] == Outcome(ok=False, error="timed out after 1s", timed_out=True)
+    assert results[1].ok
+    assert ran(out) == [0, 1]
+
+
 def test_a_worker_dying_costs_the_running_job_only(runner, tmp_path):
     out = tmp_path / "ran"
     results = dict(runner.run_many(jobs(out, {}, {"exit": 7}, {}), always, 10, nothing, 1.0))

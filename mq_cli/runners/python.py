@@ -52,6 +52,8 @@ from mq_cli.runners.worker import READ_CHUNK, Worker
 WINDOW = 32  # messages sent ahead of the running one ...
 WINDOW_BYTES = 1 << 20  # ... holding at most this many payload bytes (but always one)
 EXIT_CHECK = 0.2  # seconds between looks at the child, where no pidfd can tell us at once
+# A fresh child's start (Python, the handler's imports) is no message's time: on a
+READY_WITHIN = 60.0  # loaded machine it can take longer than a 1 s timeout
 
 
 def _nothing() -> None:
@@ -102,12 +104,12 @@ class PythonRunner:
     def start(self) -> None:
         """Start the child now (run_many would start it with the first message)."""
         if self._child is None:
-            self._first_spawn(Pacer(None, _nothing, 3600.0), None, None)
+            self._first_spawn(Pacer(None, _nothing, 3600.0))
 
-    def _first_spawn(self, pacer: Pacer, deadline: float | None, timeout: float | None) -> None:
+    def _first_spawn(self, pacer: Pacer) -> None:
         # A child that never got ready is the handler's fault, not a message's:
         # HandlerNotFound (exit 2), and the drain gives the batch back untouched.
-        failed = self._spawn(pacer, deadline, timeout)
+        failed = self._spawn(pacer)
         if failed is not None:
             module = self.path.partition(":")[0]
             raise HandlerNotFound(
@@ -177,10 +179,9 @@ class PythonRunner:
                             # None running, or it died between messages (a handler's thread
                             # called os._exit...) before this one was sent: start over.
                             self._discard()
-                            deadline = time.monotonic() + timeout if timeout else None
                             if not self._ready_once:
-                                self._first_spawn(pacer, deadline, timeout)
-                            elif failed := self._spawn(pacer, deadline, timeout):
+                                self._first_spawn(pacer)
+                            elif failed := self._spawn(pacer):
                                 yield index, failed
                                 continue
                         sent.append(self._send(jobs[index], index, until()))
@@ -349,16 +350,17 @@ class PythonRunner:
                 if not buffer.has_frame():
                     return self._died()
 
-    def _spawn(self, pacer: Pacer, deadline: float | None, timeout: float | None) -> Outcome | None:
-        """Start a child and wait for its 'ready'; an Outcome if it died or timed out."""
+    def _spawn(self, pacer: Pacer) -> Outcome | None:
+        """Start a child and wait for its 'ready'; an Outcome if it died or never got ready."""
         self._child = Worker(self.path, self.fmt, self.hide, self._output)
         self._buffer = FrameBuffer()
         self._out = bytearray()
         self._number = self._taken = 0
         self._killed = False
-        frame = self._next_reply(pacer, deadline, timeout, _nothing)
+        frame = self._next_reply(pacer, time.monotonic() + READY_WITHIN, READY_WITHIN, _nothing)
         if isinstance(frame, Outcome):
-            return frame
+            late = f"handler process not ready within {READY_WITHIN:g}s"
+            return Outcome(ok=False, error=late) if frame.timed_out else frame
         hello = frame[0] or {}
         if hello.get("ready") is not True:
             self._discard()
