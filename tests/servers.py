@@ -79,12 +79,17 @@ class Node:
         self.proc: subprocess.Popen | None = None
         self.dir.mkdir(parents=True, exist_ok=True)
         self.datadir.mkdir(exist_ok=True)
+        # Its own tmpdir: under load a bootstrap in the shared /tmp failed with
+        # "Error on delete of '/tmp/#sql-temptable-...MAI'" (errno 2), aborting.
+        self.tmpdir = self.dir / "tmp"
+        self.tmpdir.mkdir(exist_ok=True)
         lines = [
             "[mysqld]",
             f"datadir={self.datadir}",
             f"socket={self.socket}",
             f"pid-file={self.dir / 'mysqld.pid'}",
             f"log-error={self.log}",
+            f"tmpdir={self.tmpdir}",
             f"port={port}",
             "bind-address=127.0.0.1",
             "user=mysql",
@@ -98,17 +103,24 @@ class Node:
         self.cnf.write_text("\n".join(lines) + "\n")
         shutil.chown(self.dir, "mysql", "mysql")
         shutil.chown(self.datadir, "mysql", "mysql")
+        shutil.chown(self.tmpdir, "mysql", "mysql")
 
     @property
     def url(self) -> str:
         return f"mysql://root@127.0.0.1:{self.port}/test"
 
     def install(self) -> None:
-        subprocess.run(
+        done = subprocess.run(
             [INSTALL_DB, f"--defaults-file={self.cnf}", "--user=mysql",
              "--auth-root-authentication-method=normal", "--skip-test-db"],
-            check=True, capture_output=True, timeout=120,
+            capture_output=True, timeout=120,
         )  # fmt: skip
+        if done.returncode:
+            said = (done.stderr or done.stdout).decode(errors="replace")[-1500:]
+            raise RuntimeError(
+                f"{INSTALL_DB} exited {done.returncode} for {self.name}:\n{said}\n"
+                f"{self.log_tail()}"
+            )
 
     def start(self, *args: str) -> None:
         self.proc = subprocess.Popen(
