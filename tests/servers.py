@@ -118,8 +118,7 @@ class Node:
         if done.returncode:
             said = (done.stderr or done.stdout).decode(errors="replace")[-1500:]
             raise RuntimeError(
-                f"{INSTALL_DB} exited {done.returncode} for {self.name}:\n{said}\n"
-                f"{self.log_tail()}"
+                f"{INSTALL_DB} exited {done.returncode} for {self.name}:\n{said}\n{self.log_tail()}"
             )
 
     def start(self, *args: str) -> None:

@@ -166,7 +166,7 @@ def test_a_claim_that_did_not_lock_runs_only_what_its_guarded_mark_took(kind, re
             got: list = []
             claim = threading.Thread(target=lambda: got.append(b.claim("q", 3, "me")))
             claim.start()
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 60
             # Without row locks the claim selected row 2 too, and its mark now waits
             # for the other's: it cannot end before that commits.
             while not _marking(db):
