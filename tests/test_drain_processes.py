@@ -315,7 +315,7 @@ def test_processes_0_fills_every_slot_and_sums_the_reports(db, log, tmp_path):
     (tmp_path / "mq.yaml").write_text(
         "queues:\n  jobs: {handler: 'tests.jobs:sleepy', concurrency: 3, batch_size: 2}\n"
     )
-    enqueue_many(db, "jobs", [json.dumps({"n": i, "sleep": 0.02}) for i in range(90)])
+    enqueue_many(db, "jobs", [json.dumps({"n": i, "sleep": 0.15}) for i in range(90)])
     parent = db.spawn("drain", "-q", "jobs", "--processes", "0", "--json",
                       env=db.env(MQ_TEST_LOG=str(log)))  # fmt: skip
     out, err = parent.communicate(timeout=120)
@@ -359,15 +359,23 @@ def test_sigterm_reaches_every_drain(db, log, tmp_path):
     (tmp_path / "mq.yaml").write_text(
         "queues:\n  jobs: {handler: 'tests.jobs:sleepy', concurrency: 2, batch_size: 5}\n"
     )
-    enqueue_many(db, "jobs", [json.dumps({"n": i, "sleep": 1}) for i in range(20)])
+    # 2 s each: one drain alone takes 40 s for all, time enough for the second
+    # to start on a loaded machine.
+    enqueue_many(db, "jobs", [json.dumps({"n": i, "sleep": 2}) for i in range(20)])
     parent = db.spawn("drain", "-q", "jobs", "--processes", "0", "--json",
                       env=db.env(MQ_TEST_LOG=str(log)))  # fmt: skip
-    wait_for(lambda: status_counts(db).get("processing", 0) >= 10)
+    # Both drains hold a batch (two owners): not "10 processing", which needs their
+    # batches to overlap whole, and a loaded machine may start them seconds apart.
+    owners = "SELECT COUNT(DISTINCT owner) FROM mq_messages WHERE status = 'processing'"
+    wait_for(lambda: parent.poll() is not None or db.sql(owners)[0][0] >= 2)
+    assert parent.poll() is None, "the drains ended before both held a batch"
+    done_before = len(ran(log))
     parent.send_signal(signal.SIGTERM)
     out, err = parent.communicate(timeout=60)
     assert parent.returncode == 0, err
     report = json.loads(out)
-    assert report["succeeded"] == len(ran(log)) <= 4  # each drain finished its running one
+    # Each drain finished its running one (and one that ended as we looked), no more.
+    assert report["succeeded"] == len(ran(log)) <= done_before + 4
     assert report["claimed"] >= 10  # both drains held a batch when the signal came
     assert report["returned"] == report["claimed"] - report["succeeded"]
     assert status_counts(db) == {"ready": 20 - report["succeeded"]}

@@ -78,14 +78,15 @@ def test_a_drain_killed_through_the_pooler_loses_nothing(pooler_db, tmp_path):
     s.fleet.kill(victim)
     killed = time.monotonic()
     # Until gc gives its messages back, they stay processing: never lost, never run twice.
-    recovered = None  # seconds from the kill to the start of the gc run that requeued
+    # Seconds from the kill to the start and to the end of the gc run that requeued:
+    # the check happened between the two, and on a loaded machine the interpreter's
+    # start alone may take seconds.
+    recovered = ended = None
     while time.monotonic() - killed < STALLED_AFTER + 20:
         run_started = time.monotonic()
         s.gc()
         if s.gc_log.requeued:
-            # From the run's start, not its end: a loaded machine's interpreter start
-            # is not the liveness check's time.
-            recovered = run_started - killed
+            recovered, ended = run_started - killed, time.monotonic() - killed
             break
         time.sleep(0.25)
     assert recovered is not None, "gc never gave back the killed drain's messages"
@@ -102,4 +103,4 @@ def test_a_drain_killed_through_the_pooler_loses_nothing(pooler_db, tmp_path):
     if mode == "session":
         assert recovered < STALLED_AFTER  # its lock died with its session: seen at once
     else:
-        assert recovered >= STALLED_AFTER - 1  # heartbeats alone: after stalled_after
+        assert ended is not None and ended >= STALLED_AFTER - 1  # heartbeats alone: after it
