@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -109,6 +110,7 @@ def main() -> int:
     finally:
         server.terminate()
         server.communicate(timeout=60)
+        shutil.rmtree(work, ignore_errors=True)  # its config and audit log only
     return 0
 
 
