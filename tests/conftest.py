@@ -34,27 +34,27 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 KINDS = ["sqlite", "mysql", "postgres"]
 
 # The long fault scenarios (marker `serial`) run after the rest of the suite, in
-# three lanes side by side (tests/run.sh: pytest-xdist --dist loadgroup), one
+# four lanes side by side (tests/run.sh: pytest-xdist --dist loadgroup), one
 # after another within a lane. Beside the rest they made its timing-sensitive
-# tests flaky at load 8; beside each other each scenario sees no more load than
-# the two CPU hogs of tests/under_load.sh, which they are proven against. The two
+# tests flaky at load 8; beside each other each scenario sees less load than the
+# four CPU hogs of `tests/run.sh --hog 4`, which they are proven against. The two
 # Galera modules share a lane so that no two three-node clusters run at once.
-# Balanced by a CI run's `--durations` (seconds, in the comments; 2026-11-25 on
-# 2 cores the lanes took 4.9 min); a scenario not listed here takes lane "a".
+# Balanced by `--durations` (seconds, in the comments: tests/run.sh --hog 4 on
+# 2 cores, 2026-11-27, setup included); a scenario not listed here takes lane "a".
 SCENARIO_LANES = {
-    "test_server_restart.py::test_server_stopped_and_started_twice[postgres]": "a",  # 100
-    "test_cut_connections.py::test_connections_cut_at_random_and_between_success_and_ack[postgres]": "a",  # 44
-    "test_failover.py": "a",  # 41
-    "test_sqlite_contention.py": "a",  # 34
-    "test_vacuum_horizon.py": "a",  # 12
-    "test_server_restart.py::test_server_stopped_and_started_twice[mysql]": "b",  # 108
-    "test_soak.py::test_cron_soak_with_kill_9[postgres]": "b",  # 53
-    "test_cut_connections.py::test_connections_cut_at_random_and_between_success_and_ack[mysql]": "b",  # 44
-    "test_netns.py": "b",  # 34
-    "test_galera.py": "c",  # 110 with its cluster's starts
-    "test_fleet_galera.py": "c",  # 62 with its own cluster's starts
-    "test_soak.py::test_cron_soak_with_kill_9[mysql]": "c",  # 53
-    "test_outage.py": "c",  # 150 with its two servers' starts (2026-11-25, load ~3)
+    "test_server_restart.py::test_server_stopped_and_started_twice[postgres]": "a",  # 115
+    "test_cut_connections.py::test_connections_cut_at_random_and_between_success_and_ack[postgres]": "a",  # 55
+    "test_failover.py": "a",  # 39
+    "test_sqlite_contention.py": "a",  # 33
+    "test_vacuum_horizon.py": "a",  # 10
+    "test_server_restart.py::test_server_stopped_and_started_twice[mysql]": "b",  # 105
+    "test_soak.py::test_cron_soak_with_kill_9[postgres]": "b",  # 69
+    "test_cut_connections.py::test_connections_cut_at_random_and_between_success_and_ack[mysql]": "b",  # 45
+    "test_netns.py": "b",  # 32
+    "test_galera.py": "c",  # 130 with its cluster's starts
+    "test_fleet_galera.py": "c",  # 60 with its own cluster's starts
+    "test_outage.py": "d",  # 160 with its two servers' starts
+    "test_soak.py::test_cron_soak_with_kill_9[mysql]": "d",  # 52
 }
 
 
@@ -143,9 +143,11 @@ class Db:
         popen.setdefault("stdout", subprocess.PIPE)
         popen.setdefault("stderr", subprocess.PIPE)
         env = popen.pop("env", None) or self.env()
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             [sys.executable, "-m", "mq_cli", *args], cwd=self.tmp, env=env, **popen
         )
+        _SPAWNED.append(proc)
+        return proc
 
     def now_sql(self, seconds: float = 0) -> str:
         """This database's "now + ``seconds``" as SQL (UTC), for tests that move times."""
@@ -265,6 +267,29 @@ def sqlite_db(tmp_path: Path) -> Db:
 def fresh_db(request: pytest.FixtureRequest) -> Db:
     """Each test three times, on a fresh database with no schema yet (see `db`)."""
     return request.getfixturevalue(f"{request.param.replace('postgres', 'pg')}_db")
+
+
+#: the processes Db.spawn started in the running test (killed when it ends)
+_SPAWNED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_processes() -> Iterator[None]:
+    """A test that failed before it stopped its drains (a timeout, an assertion) does
+    not leave them running into the next tests, loading the machine and holding
+    connections: whatever Db.spawn started and is still alive is killed here."""
+    yield
+    while _SPAWNED:
+        proc = _SPAWNED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                try:
+                    pipe.close()
+                except OSError:  # what the test wrote to its stdin had nowhere to go
+                    pass
 
 
 @pytest.fixture(autouse=True)

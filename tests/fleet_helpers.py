@@ -4,6 +4,7 @@ drains as real processes, and overlaps read from the handlers' history."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -25,8 +26,12 @@ def host_config(tmp: Path, url: str, host: int, queue: str, settings: dict) -> P
     return path
 
 
-def enqueue(db: Db, queue: str, count: int, sleep: float, prefix: str = "m") -> None:
-    lines = "".join(json.dumps({"k": f"{prefix}{i}", "sleep": sleep}) + "\n" for i in range(count))
+def enqueue(
+    db: Db, queue: str, count: int, sleep: float, prefix: str = "m", **extra: object
+) -> None:
+    lines = "".join(
+        json.dumps({"k": f"{prefix}{i}", "sleep": sleep, **extra}) + "\n" for i in range(count)
+    )
     result = db.run("enqueue", "-q", queue, "--lines", input=lines)
     assert result.exit_code == 0, result.output
 
@@ -55,6 +60,34 @@ def finish(procs: list[subprocess.Popen], timeout: float = 120) -> list[dict]:
                 proc.kill()
             proc.communicate()
     return reports
+
+
+def stop_when_done(procs: list[subprocess.Popen], history: Path, count: int) -> None:
+    """SIGTERM ``--wait`` drains once ``count`` runs succeeded (a hang's deadline: 120 s):
+    a test then waits for the work, not for a --max-seconds guessed for the machine."""
+    deadline = time.monotonic() + 120
+    while sum(r["event"] == "success" for r in read(history)) < count:
+        assert time.monotonic() < deadline, f"fewer than {count} runs succeeded in 120 s"
+        assert all(p.poll() in (None, 0) for p in procs), "a drain failed"
+        time.sleep(0.05)
+    # A drain still starting Python has no handler yet, and SIGTERM would kill it
+    # (a --processes parent blocks it in its children for that reason): wait for each
+    # live one to catch it.
+    while not all(proc.poll() is not None or _catches_sigterm(proc.pid) for proc in procs):
+        assert time.monotonic() < deadline, "a drain never installed its SIGTERM handler"
+        time.sleep(0.05)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+
+
+def _catches_sigterm(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:  # gone meanwhile
+        return True
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
 
 
 def intervals(history: Path) -> list[tuple[float, float]]:

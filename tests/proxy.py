@@ -10,7 +10,9 @@ class Proxy:
     """Forwards 127.0.0.1:<port> to ``target``; ``cut()`` drops every open connection,
     ``down()``/``up()`` refuse new ones as a stopped server would; ``stall()``/``flow()``
     hold every byte in both directions and let them go, as a server whose writes
-    stall (a cluster's view change) would."""
+    stall (a cluster's view change) would; ``lose_reply_after(marker)`` holds every
+    reply from the statement containing ``marker`` on (``commit``: from the COMMIT
+    that follows it on), as a connection lost before that reply would."""
 
     def __init__(self, target: tuple[str, int]):
         self.target = target
@@ -26,6 +28,11 @@ class Proxy:
         self.cuts = 0
         self.flowing = threading.Event()
         self.flowing.set()
+        self.replies = threading.Event()  # cleared: server-to-client bytes are held
+        self.replies.set()
+        self._marker: bytes | None = None
+        self._at_commit = False
+        self._marked = False
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -44,13 +51,18 @@ class Proxy:
                 continue
             with self.lock:
                 self.connections += [client, server]
-            threading.Thread(target=self._pipe, args=(client, server), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(server, client), daemon=True).start()
+            args = (client, server, True)
+            threading.Thread(target=self._pipe, args=args, daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client, False), daemon=True).start()
 
-    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+    def _pipe(self, source: socket.socket, sink: socket.socket, asks: bool) -> None:
         try:
             while data := source.recv(65536):
                 self.flowing.wait()
+                if asks:
+                    self._watch(data)
+                else:
+                    self.replies.wait()
                 sink.sendall(data)
         except OSError:
             pass
@@ -63,6 +75,27 @@ class Proxy:
                 pass
             s.close()
 
+    def _watch(self, data: bytes) -> None:
+        """Client to server: the gate closes before the statement whose reply is lost
+        reaches the server."""
+        if self._marker is None:
+            return
+        if self._marker in data:
+            self._marked = True
+            if not self._at_commit:
+                self._hold_replies()
+        elif self._marked and b"COMMIT" in data.upper():
+            self._hold_replies()
+
+    def _hold_replies(self) -> None:
+        self.replies.clear()
+        self._marker = None
+
+    def lose_reply_after(self, marker: bytes, commit: bool) -> None:
+        self._marked = False
+        self._at_commit = commit
+        self._marker = marker
+
     def cut(self) -> None:
         with self.lock:
             self.cuts += 1
@@ -73,6 +106,7 @@ class Proxy:
                     pass
                 s.close()
             self.connections = []
+        self.replies.set()  # a held reply now goes to a closed socket: lost
 
     def down(self) -> None:
         self.accepting = False

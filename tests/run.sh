@@ -6,7 +6,7 @@
 # Extra arguments go to pytest, e.g. `tests/run.sh -k drain -x`. Tests run in
 # MQ_TEST_WORKERS parallel processes (pytest-xdist, default 6: most tests wait on
 # processes and servers, not on the CPU; each test has its own database, table,
-# ports and lock dir), then the `serial` ones in three lanes; `tests/run.sh -n 0`
+# ports and lock dir), then the `serial` ones in four lanes; `tests/run.sh -n 0`
 # runs them in this process, one after another.
 #
 # Load as a dimension: `tests/run.sh --hog N [pytest args]` runs N busy loops
@@ -63,10 +63,11 @@ if [ ${#args[@]} -gt 0 ]; then
   exit "$status"
 fi
 # Everything in parallel but the long scenarios marked `serial` (server restarts,
-# failovers, Galera, cut connections), which then run in three lanes of their own
+# failovers, Galera, cut connections), which then run in four lanes of their own
 # (tests/conftest.py, SCENARIO_LANES): their timing is what they test, so they
 # do not share the cores with the rest of the suite.
 status=0
-.venv/bin/python -m pytest -n "$workers" --dist worksteal -m "not serial" || status=$?
-.venv/bin/python -m pytest -n 3 --dist loadgroup -m serial || status=$?
+# --durations: the slowest tests in the log, what SCENARIO_LANES is balanced by.
+.venv/bin/python -m pytest -n "$workers" --dist worksteal -m "not serial" --durations=10 || status=$?
+.venv/bin/python -m pytest -n 4 --dist loadgroup -m serial --durations=25 || status=$?
 exit "$status"

@@ -58,10 +58,13 @@ def wait_for(condition, seconds: float = 20.0) -> None:
 
 def test_a_forward_step_does_not_hand_a_held_message_to_a_second_drain(sqlite_db, ran):
     sqlite_db.tmp.joinpath("mq.yaml").write_text(
-        "queues:\n  jobs: {handler: 'tests.jobs:sleepy', stalled_after: 1h, "
+        "queues:\n  jobs: {handler: 'tests.jobs:wait_for_file', stalled_after: 1h, "
         "requeue_stalled: true, concurrency: 2}\n"
     )
-    assert mq(sqlite_db, "enqueue", "-q", "jobs", '{"sleep": 6}').returncode == 0
+    # The handler runs until the test has looked (however slow the machine).
+    release = sqlite_db.tmp / "release"
+    payload = json.dumps({"until": str(release)})
+    assert mq(sqlite_db, "enqueue", "-q", "jobs", payload).returncode == 0
     first = sqlite_db.spawn("drain", "-q", "jobs")
     try:
         wait_for(lambda: sqlite_db.sql("SELECT status FROM mq_messages") == [("processing",)])
@@ -75,9 +78,14 @@ def test_a_forward_step_does_not_hand_a_held_message_to_a_second_drain(sqlite_db
         stats = mq(sqlite_db, "stats", "--json", shift="+2h")
         assert json.loads(stats.stdout)["jobs"]["stalled"] == 0
     finally:
+        release.touch()
         out, err = first.communicate(timeout=60)
     assert first.returncode == 0, err
-    assert len(ran()) == 1  # one run, by the first drain
+    # one run, by the first drain
+    assert [(r["event"], r["pid"]) for r in ran()] == [
+        ("start", ran()[0]["pid"]),
+        ("end", ran()[0]["pid"]),
+    ]
     assert sqlite_db.sql("SELECT COUNT(*) FROM mq_messages") == [(0,)]
 
 

@@ -113,7 +113,7 @@ def test_an_idle_drain_waits_out_a_lost_database_and_goes_on(server_db, proxied,
             out, _ = drain.communicate(timeout=30)
         finally:
             drain.kill()
-            drain.wait()
+            drain.communicate()  # closes its pipes now, not in a later test's GC
     text = stderr_of(err)
     assert drain.returncode == 0, text
     report = json.loads(out)
@@ -143,7 +143,7 @@ def test_an_idle_drain_whose_database_stays_away_exits_3_with_what_ran(
         out, err = drain.communicate(timeout=30)
     finally:
         drain.kill()
-        drain.wait()
+        drain.communicate()  # closes its pipes now, not in a later test's GC
     text = err.decode()
     assert drain.returncode == 3, text
     report = json.loads(out)
@@ -151,6 +151,38 @@ def test_an_idle_drain_whose_database_stays_away_exits_3_with_what_ran(
     assert text.count("reconnecting until") == 1, text
     assert "stayed away until the end of --max-seconds" in text, text
     assert HELD not in text and "stays processing" not in text and "Traceback" not in text
+
+
+def test_a_claim_whose_reply_is_lost_says_its_messages_may_be_held(
+    server_db, proxied, log, tmp_path
+):
+    """The claim committed, its reply never came, the database stayed away: the
+    drain cannot know it holds those messages, so it must not say it holds none."""
+    db, (proxy, url) = server_db, proxied
+    (tmp_path / "mq.yaml").write_text("queues:\n  jobs: {handler: 'tests.jobs:record'}\n")
+    enqueue(db, "jobs", [{"n": 0}, {"n": 1}])
+    # MariaDB claims in a transaction (its COMMIT's reply is lost), PostgreSQL in one
+    # autocommitted statement (that statement's reply is lost).
+    proxy.lose_reply_after(b"SET status = 'processing', owner", commit=db.kind == "mysql")
+    drain = db.spawn(
+        "drain", "-q", "jobs", "--max-seconds", "4", "--json",
+        env=db.env(MQ_TEST_LOG=str(log), MQ_DATABASE_URL=url),
+    )  # fmt: skip
+    try:
+        counts = lambda: dict(db.sql("SELECT status, COUNT(*) FROM mq_messages GROUP BY status"))  # noqa: E731
+        wait_for(lambda: counts() == {"processing": 2}, why=counts)
+        proxy.down()
+        out, err = drain.communicate(timeout=30)
+    finally:
+        drain.kill()
+        drain.communicate()
+    text = err.decode()
+    assert drain.returncode == 3, text
+    assert json.loads(out)["ended"] == "database"
+    assert "holds no message" not in text and "Traceback" not in text, text
+    assert "claim" in text and "`mq gc --stalled --requeue` recovers it" in text, text
+    assert ran(log) == []
+    assert counts() == {"processing": 2}  # never lost: gc's to requeue
 
 
 @pytest.mark.parametrize("scheme", ["mysql", "postgresql"])
@@ -192,7 +224,7 @@ def test_a_cron_drain_started_while_the_database_is_away_drains_once_it_is_back(
         out, err = drain.communicate(timeout=60)
     finally:
         drain.kill()
-        drain.wait()
+        drain.communicate()  # closes its pipes now, not in a later test's GC
     text = err.decode()
     assert drain.returncode == 0, text
     report = json.loads(out)
@@ -227,7 +259,7 @@ def test_a_drain_waits_for_a_locked_sqlite_file(sqlite_db, log, tmp_path):
         out, err = drain.communicate(timeout=30)
     finally:
         drain.kill()
-        drain.wait()
+        drain.communicate()  # closes its pipes now, not in a later test's GC
     assert drain.returncode == 0, err
     assert err == b""
     assert json.loads(out)["succeeded"] == 2
@@ -305,7 +337,7 @@ def test_sigterm_while_a_drain_starts_is_a_signals_exit(tmp_path):
             out, _ = drain.communicate(timeout=10)
         finally:
             drain.kill()
-            drain.wait()
+            drain.communicate()  # closes its pipes now, not in a later test's GC
     assert drain.returncode == 0, stderr_of(err)
     report = json.loads(out)
     assert (report["claimed"], report["ended"]) == (0, "signal")
@@ -335,14 +367,16 @@ def test_sigterm_to_processes_while_its_drains_start_is_a_signals_exit(when, tmp
         parent = db.spawn("drain", "-q", "jobs", "--wait", "--max-seconds", "60",
                           "--processes", "0", "--json", stderr=errors)  # fmt: skip
         try:
-            wait_for(lambda: len(children_of(parent.pid)) == 2, 20, every=0.001)
+            wait_for(lambda: len(children_of(parent.pid)) == 2, 60, every=0.001)
             if when != "at once":
-                wait_for(lambda: stderr_of(err).count("reconnecting until") == 2, 20)
+                wait_for(lambda: stderr_of(err).count("reconnecting until") == 2, 60)
             parent.send_signal(signal.SIGTERM)
-            out, _ = parent.communicate(timeout=20)
+            # A hang's deadline only: a drain that missed the signal would run out its
+            # --max-seconds (60) and report "deadline", which the assertion names.
+            out, _ = parent.communicate(timeout=120)
         finally:
             parent.kill()
-            parent.wait()
+            parent.communicate()  # closes its pipes now, not in a later test's GC
     text = stderr_of(err)
     assert parent.returncode == 0, text
     report = json.loads(out)

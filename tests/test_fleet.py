@@ -18,18 +18,24 @@ from tests.fleet_helpers import (
     intervals,
     most_at_once,
     spawn_drain,
+    stop_when_done,
 )
 
 SLOW = "tests.faults.jobs:slow"
+#: like SLOW; messages with "meet": N first wait until N runs are under way at once
+MEET = "tests.faults.jobs:meet"
 
 
 def test_six_drains_on_three_hosts_run_at_most_two_at_once(db, tmp_path):
-    settings = {"handler": SLOW, "max_drains": 2, "concurrency": 2, "batch_size": 1}
+    settings = {"handler": MEET, "max_drains": 2, "concurrency": 2, "batch_size": 1}
     configs = [host_config(tmp_path, db.url, h, "fl", settings) for h in range(3)]
     history = tmp_path / "history.jsonl"
-    enqueue(db, "fl", 12, sleep=0.4)
+    # The first two wait for each other (the cap is used), the rest take 0.4 s each.
+    enqueue(db, "fl", 2, sleep=0.4, prefix="meet", meet=2)
+    enqueue(db, "fl", 10, sleep=0.4)
     drains = [spawn_drain(db, configs[i % 3], history, "-q", "fl", "--wait",
-                          "--max-seconds", "6") for i in range(6)]  # fmt: skip
+                          "--max-seconds", "120") for i in range(6)]  # fmt: skip
+    stop_when_done(drains, history, 12)
     reports = finish(drains)
     runs = intervals(history)
     assert len(runs) == 12
@@ -108,10 +114,11 @@ def test_check_says_how_the_limits_are_held(db, tmp_path):
 
 
 def test_processes_start_no_more_drains_than_max_drains(db, tmp_path):
-    settings = {"handler": SLOW, "max_drains": 2, "concurrency": 4, "batch_size": 1}
+    settings = {"handler": MEET, "max_drains": 2, "concurrency": 4, "batch_size": 1}
     config = host_config(tmp_path, db.url, 0, "fl", settings)
     history = tmp_path / "history.jsonl"
-    enqueue(db, "fl", 8, sleep=0.3)
+    enqueue(db, "fl", 2, sleep=0.3, prefix="meet", meet=2)
+    enqueue(db, "fl", 6, sleep=0.3)
     report = finish([spawn_drain(db, config, history, "-q", "fl", "--processes", "0")])[0]
     assert report["succeeded"] == 8 and report["processes"] == 2
     assert most_at_once(intervals(history)) == 2

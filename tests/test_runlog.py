@@ -60,14 +60,15 @@ def test_durations_and_waits_are_measured(db):
     enqueue(db, "slow", *[json.dumps({"sleep": 0.3}) for _ in range(3)])
     result = db.run("drain", "-q", "slow", "--handler", HANDLER)
     assert result.exit_code == 0, result.output
-    [(_, done, _, wait_hist, duration_hist, _, _)] = slices(db)
-    durations = Histogram.decode(duration_hist)
-    assert done == 3
+    # One slice, or more when a loaded machine stretched the drain past SLICE_SECONDS.
+    rows = slices(db)
+    durations = Histogram.merged(row[4] for row in rows)
+    assert sum(row[1] for row in rows) == 3
     assert 0.25 <= durations.quantile(0.5) < 0.9  # a run's 0.3 s, not the three's sum
-    waits = Histogram.decode(wait_hist)
+    waits = Histogram.merged(row[3] for row in rows)
     # The third waited for the first two (~0.6 s) and the start of the runner.
     assert waits.quantile(1.0) >= 0.45
-    assert waits.quantile(0.0) < 5
+    assert waits.quantile(0.0) < 60  # only a hang fails this
 
 
 def test_retention_deletes_old_runs_and_slices(db, tmp_path):

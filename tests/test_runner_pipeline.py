@@ -173,3 +173,25 @@ def test_leaving_early_kills_the_running_handler(runner, tmp_path):
     assert time.monotonic() - started < 15  # killed, not waited for (30 s)
     assert runner.pid is None and worker is not None
     assert ran(out) == [0, 1]
+
+
+@pytest.mark.parametrize("ready_before", [False, True], ids=["first-child", "fresh-child"])
+def test_a_child_killed_while_its_handler_loads_started_nothing(tmp_path, ready_before):
+    # The drain kills its handler child (a second signal, a lost session) while
+    # the handler's module is still importing. No message started: none is a
+    # failure, and a handler that loads fine is not "could not be loaded".
+    out = tmp_path / "ran"
+    with make_runner("tests.slow_import:step", "json") as slow:
+        if ready_before:  # a child got ready once, then exited; the next one is killed loading
+            assert 0 in dict(slow.run_many(jobs(out, {"exit": 0}), always, 30, nothing, 0.2))
+        kills = []
+
+        def kill_once() -> None:
+            if not kills:
+                kills.append(slow.pid)
+                slow.kill()
+
+        results = dict(slow.run_many(jobs(out, {}, {}), always, 30, kill_once, 0.2))
+    assert results[0] == NOT_STARTED
+    assert results[1].ok  # a fresh child for the next, as after any death
+    assert kills and ran(out) == [0, 1][not ready_before :]

@@ -23,6 +23,6 @@ echo "hogs: ${hogs[*]} on $(nproc) cores"
 for round in $(seq "$rounds"); do
   started=$(date +%s)
   .venv/bin/python -m pytest -q -n "$workers" --dist worksteal -m "not serial" "${paths[@]}"
-  .venv/bin/python -m pytest -q -n 3 --dist loadgroup -m serial "${paths[@]}"
+  .venv/bin/python -m pytest -q -n 4 --dist loadgroup -m serial "${paths[@]}"
   echo "round $round of $rounds: green in $(( $(date +%s) - started )) s (load: $(cut -d' ' -f1-3 /proc/loadavg))"
 done

@@ -9,15 +9,18 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from mq_cli.backends.plumbing import Tx
 from mq_cli.backends.sqlops import as_text
+from mq_cli.core.errors import ClaimUnknown, ConnectionLost, ReadOnly
 from mq_cli.core.models import Message
 
 log = logging.getLogger("mq")
+T = TypeVar("T")
 
 #: claims in a row that lost every row they selected to other drains before one
 #: reports the queue empty (only where the SELECT did not lock: see claim_mark)
@@ -51,6 +54,40 @@ def lost_race(queue: str, taken: int, selected: int) -> None:
         "queue %s: another drain marked %d of the %d message(s) this claim selected first; "
         "this claim runs only the %d it marked", queue, selected - taken, selected, taken,
     )  # fmt: skip
+
+
+@contextmanager
+def unknown_if_lost(took: Sequence[object] | None) -> Iterator[None]:
+    """A connection lost once the claim had taken rows (``took``, filled by its body:
+    the COMMIT went, its reply did not come; None: cannot tell, as in an autocommitted
+    claim statement) raises ClaimUnknown: the drain must not say it holds nothing.
+    Lost before its transaction took rows, the claim took nothing."""
+    try:
+        yield
+    except ReadOnly:
+        raise  # refused, not lost: nothing was taken
+    except ConnectionLost as exc:
+        if took is None or took:
+            raise ClaimUnknown(str(exc)) from exc
+        raise
+
+
+def claim_in(
+    transaction: Callable[[Callable[[Tx], T]], T],
+    claim: Callable[[Tx], T],
+    rows: Callable[[T], Sequence[object]] = lambda result: result,  # type: ignore[assignment,return-value]
+) -> T:
+    """``claim(tx)`` in ``transaction``, under unknown_if_lost: ``rows(result)`` are the
+    rows it took (the result itself, or a part of it)."""
+    took: list[object] = []
+
+    def body(tx: Tx) -> T:
+        result = claim(tx)
+        took[:] = rows(result)
+        return result
+
+    with unknown_if_lost(took):
+        return transaction(body)
 
 
 def select_and_mark(

@@ -21,11 +21,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from functools import cached_property
+from operator import itemgetter
 from typing import Any, TypeVar
 
 from mq_cli.backends import commits, sqllimits, sqlrunlog
 from mq_cli.backends.base import Backend
-from mq_cli.backends.claims import claimed, select_and_mark
+from mq_cli.backends.claims import claim_in, claimed, select_and_mark, unknown_if_lost
 from mq_cli.backends.inserts import initial_status
 from mq_cli.backends.meta import SqlMeta
 from mq_cli.backends.plumbing import Tx
@@ -291,7 +292,7 @@ class SqlBackend(Backend):
 
     def _claim(self, queue: str, limit: int, owner: str) -> list[Any]:
         """The claimed rows, in claim order (PostgreSQL: one statement, no BEGIN)."""
-        return self._transaction(lambda tx: self._claim_rows(tx, queue, limit, owner))
+        return claim_in(self._transaction, lambda tx: self._claim_rows(tx, queue, limit, owner))
 
     def promote(self, queue: str) -> int:
         """Make up to 1,000 of ``queue``'s due delayed messages ready; how many."""
@@ -311,8 +312,9 @@ class SqlBackend(Backend):
         # while the queue is busy, and before any claim comes back short of it.
         promoted_now = self._promote_due(queue)
         rows = self._claim(queue, limit, owner)
-        if len(rows) < limit and not promoted_now and self.promote(queue):
-            rows += self._claim(queue, limit - len(rows), owner)
+        with unknown_if_lost(rows):  # those rows are held, unseen, if what follows is lost
+            if len(rows) < limit and not promoted_now and self.promote(queue):
+                rows += self._claim(queue, limit - len(rows), owner)
         return rows
 
     def claim(self, queue: str, limit: int, owner: str) -> list[Message]:
@@ -321,20 +323,21 @@ class SqlBackend(Backend):
     def claim_limited(
         self, queue: str, limit: int, owner: str, per_second: float, slept: float
     ) -> tuple[list[Message], float | None]:
-        def body(tx: Tx, want: int, slept: float) -> tuple[list[Any], float | None]:
-            granted, left = self.limits.take_tokens(tx, queue, want, per_second, slept)
-            rows = self._claim_rows(tx, queue, granted, owner) if granted else []
-            if len(rows) < granted:
-                self.limits.refund_tokens(tx, queue, granted - len(rows))
-            if granted or not self.limits.ready_exists(tx, queue):
-                return rows, None
-            return rows, max(1.0 - left, 0.0) / per_second
+        def taken(want: int, slept: float) -> tuple[list[Any], float | None]:
+            def rows(tx: Tx, n: int) -> list[Any]:
+                return self._claim_rows(tx, queue, n, owner)
+
+            def claim(tx: Tx) -> tuple[list[Any], float | None]:
+                return self.limits.claim_with_tokens(tx, rows, queue, want, (per_second, slept))
+
+            return claim_in(self._transaction, claim, itemgetter(0))
 
         promoted_now = self._promote_due(queue)
-        rows, throttled = self._transaction(lambda tx: body(tx, limit, slept))
-        if throttled is None and len(rows) < limit and not promoted_now and self.promote(queue):
-            more, throttled = self._transaction(lambda tx: body(tx, limit - len(rows), 0.0))
-            rows += more
+        rows, throttled = taken(limit, slept)
+        with unknown_if_lost(rows):  # those rows are held, unseen, if what follows is lost
+            if throttled is None and len(rows) < limit and not promoted_now and self.promote(queue):
+                more, throttled = taken(limit - len(rows), 0.0)
+                rows += more
         return self._messages_of(rows, owner), throttled
 
     def _messages_of(self, rows: list[Any], owner: str) -> list[Message]:

@@ -10,7 +10,8 @@ times are Unix seconds of the database's clock.
 
 from __future__ import annotations
 
-from typing import TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from mq_cli.backends.plumbing import Executor, Tx
 
@@ -70,6 +71,27 @@ class SqlLimits:
 
     def ready_exists(self, tx: Tx, queue: str) -> bool:
         return bool(tx.rows(self.db._sql["ready_exists"], (queue, queue)))
+
+    def claim_with_tokens(
+        self,
+        tx: Tx,
+        claim: Callable[[Tx, int], list[Any]],
+        queue: str,
+        want: int,
+        rate: tuple[float, float],
+    ) -> tuple[list[Any], float | None]:
+        """A rate-limited claim's transaction: take up to ``want`` tokens, ``claim`` as
+        many rows, give back the tokens not used. ``rate``: (per_second, seconds slept
+        for tokens). With none granted while messages are ready: the seconds until the
+        next token, else None."""
+        per_second, slept = rate
+        granted, left = self.take_tokens(tx, queue, want, per_second, slept)
+        rows = claim(tx, granted) if granted else []
+        if len(rows) < granted:
+            self.refund_tokens(tx, queue, granted - len(rows))
+        if granted or not self.ready_exists(tx, queue):
+            return rows, None
+        return rows, max(1.0 - left, 0.0) / per_second
 
     def rate_state(self, queue: str) -> tuple[float, float, float] | None:
         """(per second, tokens now, seconds drains waited for tokens) or None."""

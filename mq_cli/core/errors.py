@@ -91,6 +91,12 @@ class CommitUnknown(ConnectionLost):
     could not tell afterwards whether it committed: retrying might store it twice."""
 
 
+class ClaimUnknown(ConnectionLost):
+    """A claim's connection was lost where the claim may have taken messages (at its
+    COMMIT, or during PostgreSQL's one-statement claim): if it did, they stay
+    processing under the drain's owner, unknown to it, until gc or its next claim."""
+
+
 #: how every read-only refusal begins, whatever the database said
 READ_ONLY = "the database is read-only (a standby, or a demoted primary?)"
 

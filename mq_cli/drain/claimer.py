@@ -74,6 +74,7 @@ class Claimer:
             return self.throttle.claim(backend, queue, size, session.owner)
 
         batch = session.db(claim)
+        session.claim_unknown = False  # a retry gave back what a lost try may have taken
         if grouped:
             self.acks.group_acknowledged(queue, grouped, deleted)
         self.lease.claimed(queue, asked)

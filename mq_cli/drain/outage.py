@@ -81,9 +81,17 @@ class Outage:
         self.since = None
         self.announced = False
 
-    def ended_text(self, where: str) -> str:
-        """Why a drain that holds nothing stops waiting with exit 3."""
-        return f"{where}the database stayed away until {self._why()}; this drain holds no message"
+    def ended_text(self, where: str, claim_unknown: bool) -> str:
+        """Why a drain that holds nothing stops waiting with exit 3; ``claim_unknown``: it
+        went at a claim's COMMIT, which may have taken messages unseen (ClaimUnknown)."""
+        text = f"{where}the database stayed away until {self._why()}; "
+        if claim_unknown:
+            return text + (
+                "it went at a claim's commit: what that claim took, if it went through, "
+                "stays processing and shows as stalled after stalled_after; "
+                "`mq gc --stalled --requeue` recovers it"
+            )
+        return text + "this drain holds no message"
 
     def _horizon(self) -> str:
         until = self.until()

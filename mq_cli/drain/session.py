@@ -21,6 +21,7 @@ from mq_cli.backends import liveness
 from mq_cli.backends.base import Backend
 from mq_cli.core.config import Config
 from mq_cli.core.errors import (
+    ClaimUnknown,
     ConnectionLost,
     DatabaseError,
     ReadOnly,
@@ -100,6 +101,9 @@ class DrainSession:
         self.deadline: float | None = None
         self.signals = 0
         self.in_hand = False
+        #: a claim was lost where it may have taken messages (ClaimUnknown), and no
+        #: claim has come back since (a retried claim first gives back all it holds)
+        self.claim_unknown = False
         self.where = ""
         patience = max(outage.PATIENCE, self.reconnect_for)
         self.outage = outage.Outage(lambda: self.deadline, options.wait, patience)
@@ -157,6 +161,7 @@ class DrainSession:
                 return result
             except (ConnectionLost, Unreachable) as exc:
                 self.outage.begin()
+                self.claim_unknown = self.claim_unknown or isinstance(exc, ClaimUnknown)
                 read_only = isinstance(exc, ReadOnly)
                 if read_only:
                     # The server answered on the session that holds this drain's lock
@@ -205,7 +210,9 @@ class DrainSession:
             raise WaitInterrupted(f"{self.where}stopped while waiting for the database ({exc})")
         if time.monotonic() >= self.outage.until():
             self._gave_up = True
-            raise DatabaseAway(f"{exc}\n{self.outage.ended_text(self.where)}") from exc
+            raise DatabaseAway(
+                f"{exc}\n{self.outage.ended_text(self.where, self.claim_unknown)}"
+            ) from exc
         self.outage.announce(self.where, exc)
         time.sleep(self.outage.pause())
 

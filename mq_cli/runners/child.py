@@ -145,9 +145,11 @@ class FrameBuffer:
 
 
 def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+    written = os.write(fd, data)  # a reply is small: whole at the first write (a pipe)
+    if written < len(data):
+        view = memoryview(data)[written:]
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 def _read_frame(fd: int, buffer: FrameBuffer) -> tuple[dict[str, object] | None, bytes] | None:
@@ -202,23 +204,34 @@ def _watch_drain(fd: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _run_one(
-    handler: object, fmt: str, info: MessageInfo, body: bytes, drain: select.poll
-) -> str | None:
-    """Run the handler on one message: None if it succeeded, else the error."""
+def _may_start(drain: select.poll, rfd: int, cfd: int, skip: int) -> int:
+    """Before a message starts: exit if the drain is gone, else the highest message
+    number taken back so far. One poll(2) looks at both pipes.
+
+    Marked running first, then the drain looked at: if it dies after the look,
+    the watch thread sees a handler running and kills it. Messages sent ahead
+    stay readable in the pipe after the drain died; none may start then (nobody
+    would heartbeat it or record its result)."""
+    global _handler_running
+    _handler_running = True
+    for fd, event in drain.poll(0):
+        if fd == rfd and event & (select.POLLHUP | select.POLLERR):
+            os._exit(0)
+        if fd == cfd:
+            skip = _skip_upto(cfd, skip)
+    return skip
+
+
+def _run_one(handler: object, fmt: str, info: MessageInfo, body: bytes) -> str | None:
+    """Run the handler on one message (marked running: _may_start): None if it
+    succeeded, else the error."""
     global _handler_running
     try:
         value = decode(body, fmt)
     except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        _handler_running = False
         return f"payload is not valid {fmt}: {exc}"
     _set_current(info)
-    # Marked first, then the drain looked at: if it dies after the look, the
-    # watch thread sees a handler running and kills it. Messages sent ahead
-    # stay readable in the pipe after the drain died; none may start then
-    # (nobody would heartbeat it or record its result).
-    _handler_running = True
-    if _hung_up(drain, 0):
-        os._exit(0)
     try:
         result = handler(value)  # type: ignore[operator]
         if inspect.iscoroutine(result):
@@ -262,9 +275,11 @@ def _skip_upto(cfd: int, current: int) -> int:
 
 
 def _serve(handler: object, fmt: str, rfd: int, wfd: int, cfd: int) -> None:
+    global _handler_running
     buffer = FrameBuffer()  # may hold messages sent ahead, read with an earlier one
     drain = select.poll()
-    drain.register(rfd, 0)
+    drain.register(rfd, 0)  # no events asked: poll still reports POLLHUP/POLLERR
+    drain.register(cfd, select.POLLIN)
     skip = 0
     while True:
         frame = _read_frame(rfd, buffer)
@@ -274,12 +289,13 @@ def _serve(handler: object, fmt: str, rfd: int, wfd: int, cfd: int) -> None:
         if header is not None:
             raise ProtocolError(f"expected a message, got {header!r}")
         number, info, until, payload = decode_message(body)
-        skip = _skip_upto(cfd, skip)
+        skip = _may_start(drain, rfd, cfd, skip)
         now = time.monotonic()
         if number <= skip or (until is not None and now >= until):
+            _handler_running = False
             write_all(wfd, encode_reply(number, SKIPPED, now, 0.0))
             continue
-        error = _run_one(handler, fmt, info, payload, drain)
+        error = _run_one(handler, fmt, info, payload)
         ended = time.monotonic()
         kind = DONE if error is None else FAILED
         write_all(wfd, encode_reply(number, kind, ended, ended - now, error or ""))

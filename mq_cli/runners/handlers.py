@@ -58,6 +58,14 @@ def bounded(text: str, limit: int = ERROR_LIMIT) -> str:
     return "..." + text[len(text) - limit + 3 :]
 
 
+def storable(error: object) -> str | None:
+    """A handler's error as the database can store it: bounded, and valid UTF-8."""
+    if error is None:
+        return None
+    # Lone surrogates survive JSON but not the database's UTF-8.
+    return bounded(str(error).encode("utf-8", "replace").decode("utf-8"))
+
+
 _current: MessageInfo | None = None
 
 

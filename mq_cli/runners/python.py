@@ -43,13 +43,13 @@ from mq_cli.runners.handlers import (
     MessageInfo,
     Outcome,
     Pacer,
-    bounded,
+    storable,
 )
 from mq_cli.runners.output import Tail
 from mq_cli.runners.process import death, kill_group
 from mq_cli.runners.worker import READ_CHUNK, Worker
 
-WINDOW = 32  # messages sent ahead of the running one ...
+WINDOW = 64  # messages sent ahead of the running one ...
 WINDOW_BYTES = 1 << 20  # ... holding at most this many payload bytes (but always one)
 EXIT_CHECK = 0.2  # seconds between looks at the child, where no pidfd can tell us at once
 # A fresh child's start (Python, the handler's imports) is no message's time: on a
@@ -106,17 +106,19 @@ class PythonRunner:
         if self._child is None:
             self._first_spawn(Pacer(None, _nothing, 3600.0))
 
-    def _first_spawn(self, pacer: Pacer) -> None:
-        # A child that never got ready is the handler's fault, not a message's:
-        # HandlerNotFound (exit 2), and the drain gives the batch back untouched.
+    def _first_spawn(self, pacer: Pacer) -> Outcome | None:
+        # A child that never got ready is the handler's fault (HandlerNotFound, exit 2;
+        # the batch goes back untouched), unless we killed it (NOT_STARTED: a stop).
         failed = self._spawn(pacer)
-        if failed is not None:
+        if failed is None:
+            self._ready_once = True
+        elif failed.started:
             module = self.path.partition(":")[0]
             raise HandlerNotFound(
                 f"handler {self.path!r} could not be loaded ({failed.error}); "
                 f"run `python -c 'import {module}'` to see why"
             )
-        self._ready_once = True
+        return failed
 
     def run(
         self,
@@ -151,12 +153,14 @@ class PythonRunner:
             limit = not_after() if not_after is not None else None
             return math.inf if limit is None else limit
 
-        def runnable(index: int, limit: float = -math.inf) -> bool:
-            # admit() first: it may renew what until() gives (a heartbeat).
+        def runnable(index: int, limit: float = -math.inf) -> float:
+            # When it must not start (``limit`` while ahead, else a fresh until()), or 0.0
+            # if it may not be sent now. admit() first: it may renew until() (a heartbeat).
             if self._stopped or not admit(index):
-                return False
+                return 0.0
             now = time.monotonic()
-            return now < limit or now < until()
+            fresh = limit if now < limit else until()
+            return fresh if now < fresh else 0.0
 
         def take_back_unwanted() -> None:
             # After a tick (a heartbeat may have found messages gone) or a stop.
@@ -165,26 +169,26 @@ class PythonRunner:
 
         try:
             while todo or sent:
-                if len(sent) <= WINDOW // 2:
+                if len(sent) <= WINDOW // 4:  # one write, one wake-up of the child per 48
                     limit = until()  # once per refill (runnable() looks again past it)
                     in_flight = sum(s.size for s in sent)
                     while todo and len(sent) < WINDOW:
                         if sent and in_flight >= WINDOW_BYTES:
                             break
                         index = todo.popleft()
-                        if not runnable(index, limit):
+                        limit = runnable(index, limit)
+                        if not limit:
                             yield index, NOT_STARTED
                             continue
                         if not sent and (self._child is None or self._child.exited()):
                             # None running, or it died between messages (a handler's thread
                             # called os._exit...) before this one was sent: start over.
                             self._discard()
-                            if not self._ready_once:
-                                self._first_spawn(pacer)
-                            elif failed := self._spawn(pacer):
+                            spawn = self._spawn if self._ready_once else self._first_spawn
+                            if failed := spawn(pacer):
                                 yield index, failed
                                 continue
-                        sent.append(self._send(jobs[index], index, until()))
+                        sent.append(self._send(jobs[index], index, limit))
                         in_flight += sent[-1].size
                     self._flush()
                     if not sent:
@@ -209,7 +213,7 @@ class PythonRunner:
                     else:
                         yield head.index, NOT_STARTED
                 elif kind == FAILED:
-                    yield head.index, Outcome(ok=False, error=_clean(error), seconds=seconds)
+                    yield head.index, Outcome(ok=False, error=storable(error), seconds=seconds)
                 else:
                     yield head.index, Outcome(ok=True, seconds=seconds)
         except BaseException:
@@ -358,13 +362,17 @@ class PythonRunner:
         self._number = self._taken = 0
         self._killed = False
         frame = self._next_reply(pacer, time.monotonic() + READY_WITHIN, READY_WITHIN, _nothing)
+        if isinstance(frame, Outcome) and self._killed:
+            return NOT_STARTED  # killed by us (a stop, a lost session) before it could start one
         if isinstance(frame, Outcome):
             late = f"handler process not ready within {READY_WITHIN:g}s"
             return Outcome(ok=False, error=late) if frame.timed_out else frame
         hello = frame[0] or {}
         if hello.get("ready") is not True:
             self._discard()
-            raise HandlerNotFound(_clean(hello.get("error")) or f"handler {self.path!r}: no ready")
+            raise HandlerNotFound(
+                storable(hello.get("error")) or f"handler {self.path!r}: no ready"
+            )
         return None
 
     def _died(self) -> Outcome:
@@ -390,10 +398,3 @@ class PythonRunner:
         self._buffer = FrameBuffer()
         self._out = bytearray()
         self._number = self._taken = 0
-
-
-def _clean(error: object) -> str | None:
-    if error is None:
-        return None
-    # Lone surrogates survive JSON but not the database's UTF-8.
-    return bounded(str(error).encode("utf-8", "replace").decode("utf-8"))

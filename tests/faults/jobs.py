@@ -18,7 +18,7 @@ import sys
 import time
 
 from mq_cli.runners.handlers import current_message
-from tests.faults.history import event, record
+from tests.faults.history import event, read, record
 
 
 def _history() -> str:
@@ -60,6 +60,29 @@ def slow(payload: dict) -> None:
     event(_history(), key, "start")
     time.sleep(float(payload.get("sleep", 0)))
     event(_history(), key, "success")
+
+
+def meet(payload: dict) -> None:
+    """Like :func:`slow`, but first waits (at most ``within`` s, default 120) until
+    ``meet`` runs are under way at once: a test that asserts a cap is used then
+    needs no drain to start within some time of another, however slow the machine."""
+    key = payload["k"]
+    path = _history()
+    event(path, key, "start")
+    want = int(payload.get("meet", 0))
+    end = time.monotonic() + float(payload.get("within", 120))
+    while want and time.monotonic() < end:
+        running: set[str] = set()
+        for r in read(path):
+            if r["event"] == "start":
+                running.add(r["msg"])
+            elif r["event"] in ("success", "fail"):
+                running.discard(r["msg"])
+        if len(running) >= want:
+            break
+        time.sleep(0.02)
+    time.sleep(float(payload.get("sleep", 0)))
+    event(path, key, "success")
 
 
 def ticking(payload: dict) -> None:

@@ -8,6 +8,7 @@ import random
 import socket
 import threading
 import time
+from collections import Counter
 
 import pytest
 
@@ -102,7 +103,9 @@ def test_connections_cut_at_random_and_between_success_and_ack(fault_db, tmp_pat
         while not enough(proxy.cuts, on_request.requests, reconnected(s)):
             assert time.monotonic() < deadline, (
                 f"too few cuts in {UNTIL} s: {proxy.cuts} cuts, {on_request.requests} after "
-                f"a success, {reconnected(s)} reconnects"
+                f"a success, {reconnected(s)} reconnects; drains' exit codes so far: "
+                f"{Counter(d.proc.returncode for d in list(s.fleet.drains))}; the last "
+                f"one's stderr: {s.fleet.drains[-1].stderr()[-600:] if s.fleet.drains else None!r}"
             )
             time.sleep(1.0)
         for loop in (cron, cutter, gc):

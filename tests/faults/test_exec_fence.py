@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from mq_cli.drain.acks import GUARD_FIRED as STARVED
 from tests.conftest import Db
 from tests.faults.harness import wait_for
 
@@ -185,7 +186,12 @@ def test_a_requeued_message_never_runs_while_its_killed_drains_exec_handler_stil
     assert second.returncode == 0, err.decode()
     runs = _runs(log)
     starts = sorted({run.split("-")[0] for run, _, _ in runs})
-    assert len(starts) == 2, (runs, err.decode())  # the first run and the one after
+    # The first run and the one after. A second drain starved of the CPU past
+    # stalled_after (2 s) ends its own run too and says so; the message then runs
+    # once more: more runs, but never two at once (below).
+    assert len(starts) == 2 or (len(starts) > 2 and STARVED in err.decode()), (
+        runs, err.decode()
+    )  # fmt: skip
     by_shell = {
         shell: (
             min(f for run, f, _ in runs if run.startswith(shell + "-")),
@@ -193,9 +199,10 @@ def test_a_requeued_message_never_runs_while_its_killed_drains_exec_handler_stil
         )
         for shell in starts
     }
-    (first_run, second_run) = sorted(by_shell.values())
-    assert first_run[1] < second_run[0], (
-        f"the first run ticked until {first_run[1]:.3f}, the second started at "
-        f"{second_run[0]:.3f} (drain killed at {killed_at:.3f})"
-    )
+    spans = sorted(by_shell.values())
+    for earlier, later in zip(spans, spans[1:], strict=False):
+        assert earlier[1] < later[0], (
+            f"a run ticked until {earlier[1]:.3f}, the next started at "
+            f"{later[0]:.3f} (first drain killed at {killed_at:.3f})"
+        )
     assert db.sql("SELECT COUNT(*) FROM mq_messages")[0][0] == 0

@@ -3,10 +3,11 @@ last group's DELETE and the next claim commit together."""
 
 from __future__ import annotations
 
+import select
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from mq_cli.backends.claims import RACE_TRIES, lost_race
+from mq_cli.backends.claims import RACE_TRIES, lost_race, unknown_if_lost
 from mq_cli.backends.sqlcore import SqlBackend
 from mq_cli.core.models import Message
 
@@ -26,6 +27,18 @@ def claim_with(
             break
     taken.sort(key=_claim_order)
     return taken
+
+
+def claim_alone(db: SqlBackend, conn: Any, queue: str, limit: int, owner: str) -> list[Any]:
+    """The claim as one autocommitted statement. Its reply lost, what it took is
+    unknown (ClaimUnknown). So a connection the server has already closed (a
+    restart, a proxy or pooler gone: its EOF waits on the socket) is found before
+    the statement goes, and that loss is a plain one: nothing was sent."""
+    with db._errors():
+        if select.select([conn.fileno()], [], [], 0)[0]:
+            conn.pgconn.consume_input()  # raises at EOF; else keeps what came for later
+    with unknown_if_lost(None):
+        return claim_with(db._write_rows, db._sql["claim"], queue, limit, owner)
 
 
 def claim_acking(

@@ -292,7 +292,7 @@ class PostgresBackend(SqlBackend):
     # -- claims, acknowledgements and inserts (claims.py, inflight.py, inserts.py) ----
 
     def _claim(self, queue: str, limit: int, owner: str) -> list[Any]:
-        return claims.claim_with(self._write_rows, self._sql["claim"], queue, limit, owner)
+        return claims.claim_alone(self, self.conn, queue, limit, owner)
 
     def _claim_rows(self, tx: Tx, queue: str, limit: int, owner: str) -> list[Any]:
         # Inside a transaction of the caller's (rate_limit: the tokens and the claim).
