@@ -15,7 +15,9 @@ Enter is pressed (for trying things by hand).
 
 from __future__ import annotations
 
+import fcntl
 import os
+import random
 import shutil
 import signal
 import socket
@@ -32,18 +34,55 @@ INSTALL_DB = "/usr/bin/mariadb-install-db"
 GALERA = "/usr/lib/galera/libgalera_smm.so"
 
 
-def free_ports(count: int) -> list[int]:
-    """Ports nothing listens on now (held open together, so they differ)."""
-    sockets = []
+PORT_LOCKS = Path("/tmp/mq-test-ports.lock")
+# One descriptor per process, never closed: closing any descriptor of a file
+# drops every record lock the process holds on it.
+_locks: list[int] = []
+
+
+def _ephemeral_range() -> tuple[int, int]:
     try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _candidates() -> list[int]:
+    low, high = _ephemeral_range()
+    # Below the kernel's ephemeral range if there is room, else above it.
+    ports = list(range(max(1024, low - 12000), low)) or list(range(high + 1, 65536))
+    random.shuffle(ports)
+    return ports
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports for a private server, free until it listens on them, seconds later.
+
+    A port the kernel picked (bind to 0) is one it also gives outgoing
+    connections: CI's Galera node 2 found its port taken by another worker's
+    client when it started after node 1's bootstrap. So the ports come from
+    outside the ephemeral range, each locked (a record lock in one shared file,
+    held until this process exits) so that no other test process is given it
+    too, and each checked to bind now."""
+    if not _locks:
+        _locks.append(os.open(PORT_LOCKS, os.O_RDWR | os.O_CREAT, 0o644))
+    ports: list[int] = []
+    for port in _candidates():
+        try:
+            # A lock on the byte at offset `port`, this process's until it exits.
+            fcntl.lockf(_locks[0], fcntl.LOCK_EX | fcntl.LOCK_NB, 1, port)
+        except OSError:
+            continue
+        try:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue  # in use: kept locked, as no use to anyone here
+        ports.append(port)
+        if len(ports) == count:
+            return ports
+    raise RuntimeError(f"no {count} free ports outside the ephemeral range")
 
 
 def unavailable(galera: bool = False) -> str | None:
