@@ -1,7 +1,9 @@
-"""A success's DELETE sent ahead (PostgreSQL): read before anything else, never lost.
+"""A success's DELETE sent ahead (MariaDB, PostgreSQL): read before anything else,
+never lost.
 
 The drain sends it and reads its result at the next result, so its own work on
-that one overlaps the commit (mq_cli/backends/postgres/inflight.py).
+that one overlaps the commit (mq_cli/backends/inflight.py and each server
+dialect's inflight.py).
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ import pytest
 
 from mq_cli.backends import open_backend
 from mq_cli.core.dburl import parse_database_url
-from mq_cli.core.errors import ConnectionLost
-from tests.conftest import _pg_connect
+from mq_cli.core.errors import ConnectionLost, MqError
+from tests.conftest import _mysql_admin, _pg_connect
 from tests.faults.history import read
 from tests.fleet_helpers import enqueue, finish, host_config, spawn_drain
 
@@ -24,19 +26,21 @@ def backend_for(db):
     return open_backend(parse_database_url(db.url), "mq_messages")
 
 
-@pytest.fixture
-def pg(pg_db):
-    result = pg_db.run("init")
+@pytest.fixture(params=["mysql", "postgres"])
+def pg(request):
+    """A database with the schema on the shared MariaDB or PostgreSQL."""
+    db = request.getfixturevalue("mysql_db" if request.param == "mysql" else "pg_db")
+    result = db.run("init")
     assert result.exit_code == 0, result.output
-    return pg_db
+    return db
 
 
-def test_only_postgres_sends_a_success_ahead(db):
+def test_the_servers_send_a_success_ahead(db):
     with backend_for(db) as b:
         b.enqueue("q", [b"{}"])
         (message,) = b.claim("q", 1, "drain-a")
         sent = b.ack_success_send(message, "drain-a")
-        assert sent is (db.kind == "postgres")
+        assert sent is (db.kind != "sqlite")
         if not sent:
             assert b.ack_success(message, "drain-a") is True
         else:
@@ -75,6 +79,61 @@ def test_a_tombstone_is_not_sent_ahead(pg):
         assert b.ack_success_send(message, "drain-a", retention=60) is False
 
 
+class Stuck:
+    """The backend's DELETE held on a row lock by another session, for a test to end
+    one way (``stop``: the session killed, or the statement cancelled)."""
+
+    def __init__(self, db, backend):
+        self.db = db
+        if db.kind == "postgres":
+            self.session = backend._rows("SELECT pg_backend_pid()")[0][0]
+            self.waiting = (
+                "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'"
+            )
+            self.locker = _pg_connect(db.url, autocommit=False)
+        else:
+            self.session = backend._rows("SELECT CONNECTION_ID()")[0][0]
+            self.waiting = (
+                "SELECT 1 FROM information_schema.INNODB_TRX "
+                "WHERE trx_mysql_thread_id = %s AND trx_state = 'LOCK WAIT'"
+            )
+            self.locker = _mysql_admin()
+            self.locker.autocommit(False)
+            self.locker.select_db(parse_database_url(db.url).database)
+
+    def __enter__(self):
+        self.locker.cursor().execute("SELECT id FROM mq_messages FOR UPDATE")
+        return self
+
+    def until_waiting(self):
+        deadline = time.monotonic() + 60
+        while not self.db.sql(self.waiting, (self.session,)):
+            assert time.monotonic() < deadline, "the DELETE never waited on the lock"
+            time.sleep(0.02)
+
+    def kill_session(self):
+        if self.db.kind == "postgres":
+            # Waits until the session is gone (PostgreSQL 14+), before the lock is given up.
+            self.db.sql("SELECT pg_terminate_backend(%s, 5000)", (self.session,))
+            return
+        self.db.sql("KILL %s", (self.session,))
+        deadline = time.monotonic() + 60
+        gone = "SELECT 1 FROM information_schema.PROCESSLIST WHERE ID = %s"
+        while self.db.sql(gone, (self.session,)):  # KILL returns before the session ends
+            assert time.monotonic() < deadline, "the killed session stayed"
+            time.sleep(0.02)
+
+    def cancel_statement(self):
+        if self.db.kind == "postgres":
+            self.db.sql("SELECT pg_cancel_backend(%s)", (self.session,))
+        else:
+            self.db.sql("KILL QUERY %s", (self.session,))
+
+    def __exit__(self, *exc_info):
+        self.locker.rollback()
+        self.locker.close()
+
+
 def test_a_connection_cut_with_a_success_in_flight_runs_it_again(pg):
     """The DELETE waits on a row lock when the session is killed: it never committed.
     Asked for its result, the backend finds the connection gone; reconnected, it runs
@@ -82,22 +141,33 @@ def test_a_connection_cut_with_a_success_in_flight_runs_it_again(pg):
     with backend_for(pg) as b:
         b.enqueue("q", [b"{}"])
         (message,) = b.claim("q", 1, "drain-a")
-        pid = b._rows("SELECT pg_backend_pid()")[0][0]
-        with _pg_connect(pg.url, autocommit=False) as locker:
-            locker.execute("SELECT id FROM mq_messages FOR UPDATE")
+        with Stuck(pg, b) as stuck:
             assert b.ack_success_send(message, "drain-a")
-            deadline = time.monotonic() + 60
-            while not pg.sql(
-                "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'", (pid,)
-            ):
-                assert time.monotonic() < deadline, "the DELETE never waited on the lock"
-                time.sleep(0.02)
-            # Waits until the session is gone (PostgreSQL 14+), before the lock is given up.
-            pg.sql("SELECT pg_terminate_backend(%s, 5000)", (pid,))
-            locker.rollback()
+            stuck.until_waiting()
+            stuck.kill_session()
         with pytest.raises(ConnectionLost):
             b.ack_success_collect(message, "drain-a")
         b.reconnect()
+        assert b.ack_success_collect(message, "drain-a") is True
+        assert pg.sql("SELECT COUNT(*) FROM mq_messages") == [(0,)]
+
+
+def test_a_statement_error_in_flight_is_its_messages_and_the_connection_goes_on(pg):
+    """The DELETE is cancelled on the server: the error is that message's, raised
+    when its result is asked for (not by whatever statement came next), and asked
+    again, the DELETE runs anew on the same connection."""
+    with backend_for(pg) as b:
+        b.enqueue("q", [b"{}"])
+        (message,) = b.claim("q", 1, "drain-a")
+        with Stuck(pg, b) as stuck:
+            assert b.ack_success_send(message, "drain-a")
+            stuck.until_waiting()
+            stuck.cancel_statement()
+            time.sleep(0.2)
+        assert b._rows("SELECT 1") == [(1,)]
+        with pytest.raises(MqError) as raised:
+            b.ack_success_collect(message, "drain-a")
+        assert not isinstance(raised.value, ConnectionLost)
         assert b.ack_success_collect(message, "drain-a") is True
         assert pg.sql("SELECT COUNT(*) FROM mq_messages") == [(0,)]
 

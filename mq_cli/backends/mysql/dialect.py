@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from mq_cli.backends import bloat
+from mq_cli.backends import bloat, inflight
 from mq_cli.backends.base import Caps, Found
 from mq_cli.backends.claims import unlock_claims_for_tests
 from mq_cli.backends.dialects import Dialect, LazyDriver, OpenOptions, register
@@ -22,6 +22,7 @@ from mq_cli.backends.mysql.errors import (
     ER_UNKNOWN_SYSTEM_VARIABLE,
     error_code,
 )
+from mq_cli.backends.mysql.inflight import AckInFlight
 from mq_cli.backends.mysql.packet import escaped_size, max_payload, too_large_hint
 from mq_cli.backends.mysql.server import ServerInfo, session_options
 from mq_cli.backends.sqlcore import RETRIES, SqlBackend, Tx
@@ -83,11 +84,14 @@ class MysqlBackend(SqlBackend):
         unlock_claims_for_tests(self._sql, "claim_select", "claim_select_locking")
         self.retries = RETRIES
         self.driver_errors = (pymysql.MySQLError, OSError)
+        self._acks = AckInFlight(self.driver_errors)
         self.conn = self._connect()
         if create and self.schema_version() is None:
             self.init_schema()
 
     # -- the dialect: connection, errors, transactions, times -----------------
+
+    conn = inflight.SettledConnection()  # a success's DELETE in flight is read first
 
     def _connect(self) -> pymysql.connections.Connection:
         s = self.settings
@@ -120,9 +124,7 @@ class MysqlBackend(SqlBackend):
             # Certification conflicts between nodes are normal traffic on a cluster:
             # retry them for longer than a single server's rare deadlocks.
             self.retries = GALERA_RETRIES
-            import logging
-
-            logging.getLogger("mq").info(
+            log.info(
                 "%s is a Galera cluster node: conflicts with other nodes are retried "
                 "(up to %d times)", s.describe(), GALERA_RETRIES,
             )  # fmt: skip
@@ -265,6 +267,9 @@ class MysqlBackend(SqlBackend):
     def _claim_select(self) -> str:
         skip_locked = self.server.skip_locked and not self.force_locking_claim
         return "claim_select" if skip_locked else "claim_select_locking"
+
+    ack_success_send = inflight.ack_success_send
+    ack_success_collect = inflight.ack_success_collect
 
     def explain_claim(self, queue: str, limit: int) -> list[str]:
         with self._errors(), self.conn.cursor(pymysql.cursors.DictCursor) as cursor:

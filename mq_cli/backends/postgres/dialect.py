@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from mq_cli.backends import commits
+from mq_cli.backends import commits, inflight
 from mq_cli.backends.base import Found
 from mq_cli.backends.claims import unlock_claims_for_tests
 from mq_cli.backends.dialects import Dialect, LazyDriver, OpenOptions, driver_installed, register
@@ -109,18 +109,7 @@ class PostgresBackend(SqlBackend):
 
     # -- the dialect: connection, errors, transactions, times -------------------
 
-    @property  # type: ignore[override]
-    def conn(self) -> Any:
-        # A success's DELETE in flight is read before the connection does anything else.
-        if self._acks.pending is not None:
-            self._acks.settle(self._conn, self._wrap)
-        return self._conn
-
-    @conn.setter
-    def conn(self, value: Any) -> None:
-        if getattr(self, "_conn", None) is not None:
-            self._acks.forget()
-        self._conn = value
+    conn = inflight.SettledConnection()  # a success's DELETE in flight is read first
 
     def _connect(self) -> Any:
         s = self.settings
@@ -303,17 +292,8 @@ class PostgresBackend(SqlBackend):
     ) -> tuple[int, list[Message]]:
         return claims.claim_acking(self, queue, limit, owner, done)
 
-    def ack_success_send(self, message: Message, owner: str, retention: float = 0.0) -> bool:
-        if retention > 0 and message.unique_key is not None:
-            return False  # a tombstone: its own UPDATE, in the usual way
-        conn = self.conn  # reads what an earlier one left
-        with self._errors():
-            self._acks.send(conn, self._sql["ack_delete"], message.id, owner)
-        return True
-
-    def ack_success_collect(self, message: Message, owner: str, retention: float = 0.0) -> bool:
-        done = self._acks.collected(self._conn, message.id, owner, self._wrap)
-        return self.ack_success(message, owner, retention) if done is None else done
+    ack_success_send = inflight.ack_success_send
+    ack_success_collect = inflight.ack_success_collect
 
     def explain_claim(self, queue: str, limit: int) -> list[str]:
         # The real statement (EXPLAIN alone runs nothing): the CTE's plan is the claim's.

@@ -1,33 +1,15 @@
-"""One success's DELETE in flight on PostgreSQL: sent through libpq, its result read later.
-
-The drain's work on the next result (the worker's reply, the run log, the ticks)
-then runs while the server commits, in one thread: a second thread would wait on
-the GIL longer than the work it hides (bench/experiments/ack_thread.py, bench/experiments/ack_inflight.py).
-
-The connection is psycopg's; psycopg knows nothing of this statement, so its result
-must be read before psycopg sends anything: the backend's ``conn`` reads it first
-(:meth:`AckInFlight.settle`) and keeps it for the drain, which asks for it by
-message (:meth:`AckInFlight.take`).
-"""
+"""A success's DELETE in flight on PostgreSQL, through libpq (backends/inflight.py):
+prepared once per server session, unprepared where a pooler may sit in between."""
 
 from __future__ import annotations
 
 import select
-from collections.abc import Callable
 from typing import Any
 
-from mq_cli.core.errors import ConnectionLost, Deadlock, MqError
+from mq_cli.backends import inflight
 
 #: the name of the prepared DELETE on each server session that has it
 PREPARED = b"mq_ack_delete"
-
-
-class Lost:
-    """The connection broke before the result was read: the DELETE may have committed."""
-
-
-LOST = Lost()
-Result = int | MqError | Lost
 
 
 def dollar_params(sql: str) -> bytes:
@@ -46,17 +28,14 @@ def _wait(fileno: int, writing: bool = False) -> None:
     poller.poll()
 
 
-class AckInFlight:
-    """At most one DELETE sent and not yet read, and the results read for the drain."""
-
+class AckInFlight(inflight.AckInFlight):
     def __init__(self, psycopg: Any) -> None:
+        super().__init__()
         self._psycopg = psycopg
-        self.pending: tuple[int, str, Any] | None = None  # (message id, owner, pgconn)
-        self._read: dict[tuple[int, str], Result] = {}
+        self.driver_errors = (psycopg.Error,)
         self._prepared_on: Any = None  # the pgconn whose session holds PREPARED
 
-    def send(self, conn: Any, sql: str, ident: int, owner: str) -> None:
-        """Send the DELETE of ``ident`` (``sql`` with %s placeholders) on ``conn``."""
+    def _send(self, conn: Any, sql: str, ident: int, owner: str) -> Any:
         pgconn = conn.pgconn
         statement = dollar_params(sql)
         params = [str(ident).encode(), owner.encode()]
@@ -70,50 +49,13 @@ class AckInFlight:
                 self._prepared_on = pgconn
             pgconn.send_query_prepared(PREPARED, params)
         self._flush(pgconn)
-        self.pending = (ident, owner, pgconn)
+        return pgconn
 
-    def settle(self, conn: Any, wrap: Callable[[BaseException], MqError]) -> None:
-        """Read the pending DELETE's result (before anything else uses ``conn``)."""
-        if self.pending is None:
-            return
-        ident, owner, pgconn = self.pending
-        self.pending = None
-        result: Result
-        try:
-            result = self._check(conn, self._results(pgconn))
-        except self._psycopg.Error as exc:
-            error = wrap(exc)
-            result = LOST if isinstance(error, ConnectionLost) else error
-        self._read[(ident, owner)] = result
-
-    def take(
-        self, conn: Any, ident: int, owner: str, wrap: Callable[[BaseException], MqError]
-    ) -> Result | None:
-        """The result of the DELETE of ``ident``; None if it was never read (the
-        connection was replaced first: as good as lost)."""
-        if self.pending is not None and self.pending[:2] == (ident, owner):
-            self.settle(conn, wrap)
-        return self._read.pop((ident, owner), None)
-
-    def collected(
-        self, conn: Any, ident: int, owner: str, wrap: Callable[[BaseException], MqError]
-    ) -> bool | None:
-        """What ``ack_success`` of ``ident`` would have returned; None where it must run
-        again: never read (the connection was replaced), lost with it, or a deadlock
-        (False then may mean the first one landed: the drain looks at the row)."""
-        result = self.take(conn, ident, owner, wrap)
-        if isinstance(result, int):
-            return result == 1
-        if isinstance(result, MqError) and not isinstance(result, Deadlock):
-            raise result
-        return None
+    def _receive(self, conn: Any, sent_on: Any) -> int:
+        return self._check(conn, self._results(sent_on))
 
     def forget(self) -> None:
-        """The connection is being replaced: nothing pending on it will be read."""
-        if self.pending is not None:
-            ident, owner, _ = self.pending
-            self._read[(ident, owner)] = LOST
-            self.pending = None
+        super().forget()
         self._prepared_on = None
 
     def _flush(self, pgconn: Any) -> None:
