@@ -27,7 +27,7 @@ def backend_for(db):
 
 
 @pytest.fixture(params=["mysql", "postgres"])
-def pg(request):
+def server(request):
     """A database with the schema on the shared MariaDB or PostgreSQL."""
     db = request.getfixturevalue("mysql_db" if request.param == "mysql" else "pg_db")
     result = db.run("init")
@@ -48,8 +48,8 @@ def test_the_servers_send_a_success_ahead(db):
         assert db.sql("SELECT COUNT(*) FROM mq_messages") == [(0,)]
 
 
-def test_a_success_in_flight_is_read_before_the_next_statement(pg):
-    with backend_for(pg) as b:
+def test_a_success_in_flight_is_read_before_the_next_statement(server):
+    with backend_for(server) as b:
         b.enqueue("q", [b"1", b"2"])
         (first,) = b.claim("q", 1, "drain-a")
         assert b.ack_success_send(first, "drain-a")
@@ -58,22 +58,22 @@ def test_a_success_in_flight_is_read_before_the_next_statement(pg):
         assert b.ack_success_send(second, "drain-a")
         assert b.ack_success_collect(first, "drain-a") is True
         assert b.ack_success_collect(second, "drain-a") is True
-        assert pg.sql("SELECT COUNT(*) FROM mq_messages") == [(0,)]
+        assert server.sql("SELECT COUNT(*) FROM mq_messages") == [(0,)]
 
 
-def test_a_success_in_flight_for_a_message_taken_meanwhile_reads_false(pg):
-    with backend_for(pg) as b:
+def test_a_success_in_flight_for_a_message_taken_meanwhile_reads_false(server):
+    with backend_for(server) as b:
         b.enqueue("q", [b"{}"])
         (mine,) = b.claim("q", 1, "drain-a")
-        pg.sql("UPDATE mq_messages SET status = 'ready', owner = NULL")
+        server.sql("UPDATE mq_messages SET status = 'ready', owner = NULL")
         (theirs,) = b.claim("q", 1, "drain-b")
         assert b.ack_success_send(mine, "drain-a")
         assert b.ack_success_collect(mine, "drain-a") is False
-        assert pg.sql("SELECT status, owner FROM mq_messages") == [("processing", "drain-b")]
+        assert server.sql("SELECT status, owner FROM mq_messages") == [("processing", "drain-b")]
 
 
-def test_a_tombstone_is_not_sent_ahead(pg):
-    with backend_for(pg) as b:
+def test_a_tombstone_is_not_sent_ahead(server):
+    with backend_for(server) as b:
         b.enqueue("q", [b"{}"], unique_key="k")
         (message,) = b.claim("q", 1, "drain-a")
         assert b.ack_success_send(message, "drain-a", retention=60) is False
@@ -105,10 +105,15 @@ class Stuck:
         self.locker.cursor().execute("SELECT id FROM mq_messages FOR UPDATE")
         return self
 
-    def until_waiting(self):
+    def send(self, backend, message):
+        """Send the message's DELETE and return once it waits on the lock."""
+        assert backend.ack_success_send(message, "drain-a")
+        self._until(lambda: self.db.sql(self.waiting, (self.session,)), "waited on the lock")
+
+    def _until(self, happened, what):
         deadline = time.monotonic() + 60
-        while not self.db.sql(self.waiting, (self.session,)):
-            assert time.monotonic() < deadline, "the DELETE never waited on the lock"
+        while not happened():
+            assert time.monotonic() < deadline, f"the DELETE never {what}"
             time.sleep(0.02)
 
     def kill_session(self):
@@ -117,68 +122,64 @@ class Stuck:
             self.db.sql("SELECT pg_terminate_backend(%s, 5000)", (self.session,))
             return
         self.db.sql("KILL %s", (self.session,))
-        deadline = time.monotonic() + 60
         gone = "SELECT 1 FROM information_schema.PROCESSLIST WHERE ID = %s"
-        while self.db.sql(gone, (self.session,)):  # KILL returns before the session ends
-            assert time.monotonic() < deadline, "the killed session stayed"
-            time.sleep(0.02)
+        # KILL returns before the session ends, and the lock must outlive it.
+        self._until(lambda: not self.db.sql(gone, (self.session,)), "saw its session end")
 
     def cancel_statement(self):
         if self.db.kind == "postgres":
             self.db.sql("SELECT pg_cancel_backend(%s)", (self.session,))
         else:
             self.db.sql("KILL QUERY %s", (self.session,))
+        self._until(lambda: not self.db.sql(self.waiting, (self.session,)), "was cancelled")
 
     def __exit__(self, *exc_info):
         self.locker.rollback()
         self.locker.close()
 
 
-def test_a_connection_cut_with_a_success_in_flight_runs_it_again(pg):
+def test_a_connection_cut_with_a_success_in_flight_runs_it_again(server):
     """The DELETE waits on a row lock when the session is killed: it never committed.
     Asked for its result, the backend finds the connection gone; reconnected, it runs
     the DELETE again, and the message is done once."""
-    with backend_for(pg) as b:
+    with backend_for(server) as b:
         b.enqueue("q", [b"{}"])
         (message,) = b.claim("q", 1, "drain-a")
-        with Stuck(pg, b) as stuck:
-            assert b.ack_success_send(message, "drain-a")
-            stuck.until_waiting()
+        with Stuck(server, b) as stuck:
+            stuck.send(b, message)
             stuck.kill_session()
         with pytest.raises(ConnectionLost):
             b.ack_success_collect(message, "drain-a")
         b.reconnect()
         assert b.ack_success_collect(message, "drain-a") is True
-        assert pg.sql("SELECT COUNT(*) FROM mq_messages") == [(0,)]
+        assert server.sql("SELECT COUNT(*) FROM mq_messages") == [(0,)]
 
 
-def test_a_statement_error_in_flight_is_its_messages_and_the_connection_goes_on(pg):
+def test_a_statement_error_in_flight_is_its_messages_and_the_connection_goes_on(server):
     """The DELETE is cancelled on the server: the error is that message's, raised
     when its result is asked for (not by whatever statement came next), and asked
     again, the DELETE runs anew on the same connection."""
-    with backend_for(pg) as b:
+    with backend_for(server) as b:
         b.enqueue("q", [b"{}"])
         (message,) = b.claim("q", 1, "drain-a")
-        with Stuck(pg, b) as stuck:
-            assert b.ack_success_send(message, "drain-a")
-            stuck.until_waiting()
+        with Stuck(server, b) as stuck:
+            stuck.send(b, message)
             stuck.cancel_statement()
-            time.sleep(0.2)
         assert b._rows("SELECT 1") == [(1,)]
         with pytest.raises(MqError) as raised:
             b.ack_success_collect(message, "drain-a")
         assert not isinstance(raised.value, ConnectionLost)
         assert b.ack_success_collect(message, "drain-a") is True
-        assert pg.sql("SELECT COUNT(*) FROM mq_messages") == [(0,)]
+        assert server.sql("SELECT COUNT(*) FROM mq_messages") == [(0,)]
 
 
-def test_a_success_is_deleted_while_the_next_handler_runs(pg, tmp_path):
+def test_a_success_is_deleted_while_the_next_handler_runs(server, tmp_path):
     """Sent ahead, a success is not held back by a long handler after it."""
-    config = host_config(tmp_path, pg.url, 0, "q", {"handler": SLOW})
+    config = host_config(tmp_path, server.url, 0, "q", {"handler": SLOW})
     history = tmp_path / "history.jsonl"
-    enqueue(pg, "q", 1, sleep=0, prefix="fast")
-    enqueue(pg, "q", 1, sleep=4, prefix="slow")
-    drain = spawn_drain(pg, config, history, "-q", "q")
+    enqueue(server, "q", 1, sleep=0, prefix="fast")
+    enqueue(server, "q", 1, sleep=4, prefix="slow")
+    drain = spawn_drain(server, config, history, "-q", "q")
     try:
         deadline = time.monotonic() + 30
         while not any(r["event"] == "start" and r["msg"] == "slow0" for r in read(history)):
@@ -186,7 +187,7 @@ def test_a_success_is_deleted_while_the_next_handler_runs(pg, tmp_path):
             time.sleep(0.05)
         # The fast one is gone while the slow one runs: the order of events, not
         # within 0.5 s of its start.
-        while pg.sql("SELECT COUNT(*) FROM mq_messages") != [(1,)]:
+        while server.sql("SELECT COUNT(*) FROM mq_messages") != [(1,)]:
             assert time.monotonic() < deadline, "the fast message was not deleted"
             time.sleep(0.05)
         slow_ended = any(r["event"] == "success" and r["msg"] == "slow0" for r in read(history))
