@@ -48,6 +48,27 @@ def test_the_servers_send_a_success_ahead(db):
         assert db.sql("SELECT COUNT(*) FROM mq_messages") == [(0,)]
 
 
+def test_a_pymysql_without_the_two_halves_of_query_acknowledges_in_series(mysql_db):
+    import pymysql
+
+    from mq_cli.backends.mysql.inflight import splits_queries
+
+    class Renamed:
+        def query(self, sql):
+            return 0
+
+    assert splits_queries(pymysql.connections.Connection)  # the PyMySQL installed
+    assert not splits_queries(Renamed)
+    assert mysql_db.run("init").exit_code == 0
+    with backend_for(mysql_db) as b:
+        b._acks.usable = splits_queries(Renamed)
+        b.enqueue("q", [b"{}"])
+        (message,) = b.claim("q", 1, "drain-a")
+        assert b.ack_success_send(message, "drain-a") is False
+        assert b.ack_success(message, "drain-a") is True
+    assert mysql_db.sql("SELECT COUNT(*) FROM mq_messages") == [(0,)]
+
+
 def test_a_success_in_flight_is_read_before_the_next_statement(server):
     with backend_for(server) as b:
         b.enqueue("q", [b"1", b"2"])

@@ -34,6 +34,8 @@ class AckInFlight:
 
     #: what the driver raises when the result cannot be read
     driver_errors: tuple[type[BaseException], ...] = ()
+    #: False: the driver cannot send without reading, so nothing is sent ahead
+    usable = True
 
     def __init__(self) -> None:
         self.pending: tuple[int, str, Any] | None = None  # (message id, owner, what was sent on)
@@ -116,8 +118,8 @@ class SettledConnection:
 
 def ack_success_send(backend: Any, message: Message, owner: str, retention: float = 0.0) -> bool:
     """``Backend.ack_success_send`` for a dialect whose ``_acks`` is an AckInFlight."""
-    if retention > 0 and message.unique_key is not None:
-        return False  # a tombstone: its own UPDATE, in the usual way
+    if (retention > 0 and message.unique_key is not None) or not backend._acks.usable:
+        return False  # a tombstone (its own UPDATE), or a driver that cannot: in series
     conn = backend.conn  # reads what an earlier one left
     with backend._errors():
         backend._acks.send(conn, backend._sql["ack_delete"], message.id, owner)

@@ -22,7 +22,7 @@ from mq_cli.backends.mysql.errors import (
     ER_UNKNOWN_SYSTEM_VARIABLE,
     error_code,
 )
-from mq_cli.backends.mysql.inflight import AckInFlight
+from mq_cli.backends.mysql.inflight import AckInFlight, splits_queries
 from mq_cli.backends.mysql.packet import escaped_size, max_payload, too_large_hint
 from mq_cli.backends.mysql.server import ServerInfo, session_options
 from mq_cli.backends.sqlcore import RETRIES, SqlBackend, Tx
@@ -84,7 +84,7 @@ class MysqlBackend(SqlBackend):
         unlock_claims_for_tests(self._sql, "claim_select", "claim_select_locking")
         self.retries = RETRIES
         self.driver_errors = (pymysql.MySQLError, OSError)
-        self._acks = AckInFlight(self.driver_errors)
+        self._acks = AckInFlight(self.driver_errors, splits_queries(pymysql.connections.Connection))
         self.conn = self._connect()
         if create and self.schema_version() is None:
             self.init_schema()

@@ -13,12 +13,20 @@ from typing import Any
 from mq_cli.backends import inflight
 
 COM_QUERY = 0x03  # pymysql.constants.COMMAND.COM_QUERY (PyMySQL is imported when first used)
+SPLIT = ("_execute_command", "_read_query_result")
+
+
+def splits_queries(connection_class: type) -> bool:
+    """Whether this PyMySQL's connections have the two halves of ``query()``: a
+    release that renamed them costs the overlap, not the acknowledgements."""
+    return all(callable(getattr(connection_class, name, None)) for name in SPLIT)
 
 
 class AckInFlight(inflight.AckInFlight):
-    def __init__(self, driver_errors: tuple[type[BaseException], ...]) -> None:
+    def __init__(self, driver_errors: tuple[type[BaseException], ...], usable: bool) -> None:
         super().__init__()
         self.driver_errors = driver_errors
+        self.usable = usable
 
     def _send(self, conn: Any, sql: str, ident: int, owner: str) -> Any:
         conn._execute_command(COM_QUERY, sql % (conn.escape(ident), conn.escape(owner)))
