@@ -149,10 +149,12 @@ class Stuck:
 
     def cancel_statement(self):
         if self.db.kind == "postgres":
+            # A signal to the backend: the lock must not be given up before it lands.
             self.db.sql("SELECT pg_cancel_backend(%s)", (self.session,))
+            self._until(lambda: not self.db.sql(self.waiting, (self.session,)), "was cancelled")
         else:
+            # Marks the statement killed at once; it ends when its lock wait does.
             self.db.sql("KILL QUERY %s", (self.session,))
-        self._until(lambda: not self.db.sql(self.waiting, (self.session,)), "was cancelled")
 
     def __exit__(self, *exc_info):
         self.locker.rollback()
