@@ -50,8 +50,7 @@ def claim_acking(
     if not done:
         return 0, db.claim(queue, limit, owner)
     promoted_now = db._promote_due(queue)
-    params = (*done, owner, queue, limit, owner)
-    rows = db._write_rows(db._with_ids("claim_acking", done), params)
+    rows = db._write_rows(db._sql["claim_acking"], (list(done), owner, queue, limit, owner))
     deleted = int(rows[0][9]) if rows else 0
     taken, selected = _taken(rows, queue)
     if not taken and selected:  # every row it selected went to others: look again

@@ -160,9 +160,12 @@ DELETE FROM "{table}" WHERE id = %s AND owner = %s AND status = 'processing'
 -- group_ack: the claim, with the last batch's grouped successes deleted by the
 -- same statement, so the two commit together (one WAL flush, one round trip).
 -- The DELETE and the claim touch different rows (this drain's 'processing'
--- ones, and 'ready' ones). The last column counts the rows deleted.
+-- ones, and 'ready' ones). The last column counts the rows deleted. The ids are
+-- one array parameter: one statement text whatever their number, so the driver
+-- parses it once and the server prepares it once.
 WITH d AS (
-  DELETE FROM "{table}" WHERE id IN ({ids}) AND owner = %s AND status = 'processing'
+  DELETE FROM "{table}" WHERE id = ANY(%s::pg_catalog.int8[]) AND owner = %s
+    AND status = 'processing'
   RETURNING 1
 ), c AS MATERIALIZED (
   SELECT id FROM "{table}"
