@@ -117,6 +117,15 @@ class Backend(ABC):
         dialect that can commits both at once (group_ack's batch end: one commit)."""
         return self.ack_success_many(done, owner) if done else 0, self.claim(queue, limit, owner)
 
+    def claim_ahead_send(self, queue: str, limit: int, owner: str, done: Sequence[int]) -> bool:
+        """Send :meth:`claim_acking` without waiting for it (its rows: claim_ahead_collect);
+        False where the dialect cannot (then nothing was sent)."""
+        return False
+
+    def claim_ahead_collect(self) -> tuple[int, list[Message]]:
+        """What the claim sent ahead deleted and took; ClaimUnknown if it was lost."""
+        raise NotImplementedError
+
     @abstractmethod
     def ack_failure(
         self, message: Message, owner: str, error: str, retry_in: float, failed: bool
@@ -136,8 +145,9 @@ class Backend(ABC):
         """Which of ``ids`` ``owner`` still holds."""
 
     @abstractmethod
-    def release_owner(self, queue: str, owner: str) -> int:
-        """Put back everything ``owner`` holds on ``queue`` (a claim of unknown outcome)."""
+    def release_owner(self, queue: str, owner: str, keep: Sequence[int] = ()) -> int:
+        """Put back everything ``owner`` holds on ``queue`` but ``keep`` (a claim of
+        unknown outcome)."""
 
     @abstractmethod
     def purge_tombstones(self, queue: str) -> int:

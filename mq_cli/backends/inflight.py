@@ -108,11 +108,16 @@ class SettledConnection:
         acks = backend._acks
         if acks.pending is not None:
             acks.settle(backend._conn, backend._wrap)
+        ahead = getattr(backend, "_ahead", None)  # a claim sent ahead (postgres/ahead.py)
+        if ahead is not None and ahead.pending is not None:
+            ahead.settle(backend._conn, backend._wrap)
         return backend._conn
 
     def __set__(self, backend: Any, value: Any) -> None:
         if getattr(backend, "_conn", None) is not None:
             backend._acks.forget()
+            if getattr(backend, "_ahead", None) is not None:
+                backend._ahead.forget()
         backend._conn = value
 
 

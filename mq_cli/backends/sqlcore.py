@@ -231,8 +231,6 @@ class SqlBackend(Backend):
     def _with_ids(self, name: str, ids: Sequence[int]) -> str:
         return self._sql[name].replace("{ids}", placeholders(len(ids), self.mark))
 
-    # -- the clock record (mq_cli/drain/clock.py decides what it means) ----------------
-
     # -- producing --------------------------------------------------------------
 
     def check_sizes(self, payloads: Sequence[bytes]) -> None:
@@ -374,8 +372,10 @@ class SqlBackend(Backend):
             return []
         return [int(row[0]) for row in self._rows(self._with_ids("owned", ids), (*ids, owner))]
 
-    def release_owner(self, queue: str, owner: str) -> int:
-        return self._change(self._sql["release_owner"], (queue, owner))
+    def release_owner(self, queue: str, owner: str, keep: Sequence[int] = ()) -> int:
+        if not keep:
+            return self._change(self._sql["release_owner"], (queue, owner))
+        return self._change(self._with_ids("release_owner_keeping", keep), (queue, owner, *keep))
 
     def purge_tombstones(self, queue: str) -> int:
         return self._change(self._sql["purge_tombstones"], (queue,))

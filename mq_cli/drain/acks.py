@@ -160,10 +160,14 @@ class Acknowledger:
             queue, ids, self.session.db(lambda b: b.ack_success_many(ids, self.session.owner))
         )
 
-    def group_acknowledged(self, queue: QueueConfig, ids: list[int], deleted: int) -> None:
+    def group_acknowledged(
+        self, queue: QueueConfig, ids: list[int], deleted: int, clear: bool = True
+    ) -> None:
         """The group's DELETE committed (on its own, or with the next claim): ``deleted``
-        of ``ids`` were still this drain's."""
-        self.session.done = []
+        of ``ids`` were still this drain's (``clear``: they are the drain's successes
+        so far; a claim sent ahead took its group out of them when it went)."""
+        if clear:
+            self.session.done = []
         log.info("queue %s: %d message(s) done (one acknowledgement)", queue.name, deleted)
         if deleted < len(ids):
             self.report.lost += len(ids) - deleted

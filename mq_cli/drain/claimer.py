@@ -40,6 +40,12 @@ class Claimer:
         self.options = options
         self.report = report
         self.throttle = Throttle()
+        #: a claim sent ahead and not read yet: (its group's ids, the owner, the size)
+        self.ahead: tuple[list[int], str, int] | None = None
+        session.on_let_go.append(self._forget_ahead)
+
+    def _forget_ahead(self) -> None:
+        self.ahead = None  # what it took, if anything, stays processing for gc
 
     def claim(self, queue: QueueConfig) -> list[Message]:
         session = self.session
@@ -47,6 +53,7 @@ class Claimer:
         if self.options.max_messages is not None:
             done = self.report.succeeded + self.report.failed
             size = max(1, min(size, self.options.max_messages - done))
+        keep: list[int] = []  # between batches the drain holds nothing else on the queue
         tries = 0
         asked = 0.0
         if session.done and queue.rate_limit is not None:
@@ -65,7 +72,7 @@ class Claimer:
                 # whether the first try did is unknown), so put back all it holds there.
                 if grouped:
                     backend.ack_success_many(grouped, session.owner)
-                backend.release_owner(queue.name, session.owner)
+                backend.release_owner(queue.name, session.owner, keep)
             asked = time.monotonic()  # heartbeat_at is set later than this
             if grouped and tries == 1:
                 self.throttle.due_in = None
@@ -82,4 +89,48 @@ class Claimer:
         self.report.claimed += len(batch)
         if batch:
             log.debug("queue %s: claimed %d message(s)", queue.name, len(batch))
+        return batch
+
+    def send_ahead(self, queue: QueueConfig) -> bool:
+        """group_ack: send the next claim (with the successes so far) while the batch
+        runs, to be read by collect_ahead; False where the database cannot."""
+        session = self.session
+        size = self.options.batch_size or queue.batch_size
+        grouped, owner = [m.id for m in session.done], session.owner
+        if not session.db(lambda b: b.claim_ahead_send(queue.name, size, owner, grouped)):
+            return False
+        self.ahead = (grouped, owner, size)
+        # Deleted by that claim: neither a tick's DELETE nor the next claim has them.
+        session.done = []
+        return True
+
+    def collect_ahead(self, queue: QueueConfig) -> list[Message]:
+        """The batch the claim sent ahead took, once the batch before it is recorded."""
+        assert self.ahead is not None
+        session = self.session
+        (grouped, owner, size), self.ahead = self.ahead, None
+        # Never given back: what this drain holds (the batch that ran) and its successes
+        # since the claim went, whose DELETE waits for the next group.
+        keep = sorted(session.held) + [m.id for m in session.done]
+        deleted, tries = len(grouped), 0
+
+        def claim(backend: Backend) -> list[Message]:
+            nonlocal deleted, tries
+            tries += 1
+            if tries == 1:
+                deleted, batch = backend.claim_ahead_collect()
+                return batch
+            # Lost with its reply, as in claim(): what it may have taken goes back.
+            if grouped:
+                backend.ack_success_many(grouped, owner)
+            backend.release_owner(queue.name, owner, keep)
+            return backend.claim(queue.name, size, owner)
+
+        batch = session.db(claim)
+        session.claim_unknown = False
+        if grouped:
+            self.acks.group_acknowledged(queue, grouped, deleted, clear=False)
+        session.held |= {m.id for m in batch}
+        self.report.claimed += len(batch)
+        log.debug("queue %s: claimed %d message(s) ahead", queue.name, len(batch))
         return batch

@@ -52,7 +52,14 @@ class Drain:
         self.acks = Acknowledger(session, self.lease, options, self.report, self.runlog)
         self.claimer = Claimer(session, self.lease, self.acks, options, self.report)
         self.batches = BatchRunner(
-            session, self.lease, self.acks, self.report, self.runlog, self._should_stop, self._ticks
+            session,
+            self.lease,
+            self.acks,
+            self.report,
+            self.runlog,
+            self._should_stop,
+            self._ticks,
+            self.claimer,
         )
         self.waiting = waiting.Waiting(
             config, session, self.acks, options, self.report, self._ticks
@@ -175,6 +182,14 @@ class Drain:
                 runner.start()
             idle = waiting.WAIT_POLL_MIN
             looked = time.monotonic()
+
+            def may_claim_ahead() -> bool:
+                # Not where the loop must look first: a pause, its end, a rate limit's
+                # tokens, --max-messages' count.
+                due = time.monotonic() - looked >= PAUSE_LOOK_EVERY
+                limited = queue.rate_limit is not None or self.options.max_messages is not None
+                return queue.group_ack and not due and not limited and not self._should_stop()
+
             while not self._should_stop():
                 if time.monotonic() - looked >= PAUSE_LOOK_EVERY:
                     # A long (--wait) drain learns of `mq pause` too, within seconds,
@@ -203,7 +218,7 @@ class Drain:
                     continue
                 idle = waiting.WAIT_POLL_MIN
                 try:
-                    self.batches.run(queue, batch, runner)
+                    self.batches.run(queue, batch, runner, may_claim_ahead)
                 except (SessionLost, DatabaseAway) as exc:
                     if not self.session.go_on_after(exc):
                         raise

@@ -197,9 +197,13 @@ class RunLog:
 
     # -- the drain's hooks ------------------------------------------------------
 
-    def batch(self, messages: list[Message]) -> None:
-        """A batch goes to the runner: its first message starts now. The run's row
-        is written at its first batch, so `mq status` shows a live drain at once."""
+    def batch(self, messages: list[Message], more: bool = False) -> None:
+        """A batch goes to the runner: its first message starts now (``more``: it
+        follows the one running). The run's row is written at its first batch, so
+        `mq status` shows a live drain at once."""
+        if more:
+            self._pending.update(dict.fromkeys(m.id for m in messages))
+            return
         self._pending = dict.fromkeys(m.id for m in messages)
         self._since = time.time()
         if self.enabled and self.run_id is None:

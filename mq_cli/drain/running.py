@@ -20,6 +20,7 @@ from mq_cli.core.config import QueueConfig
 from mq_cli.core.errors import DatabaseError, SessionLost
 from mq_cli.core.models import Message
 from mq_cli.drain.acks import Acknowledger
+from mq_cli.drain.claimer import Claimer
 from mq_cli.drain.lease import Lease
 from mq_cli.drain.report import DrainReport
 from mq_cli.drain.runlog import RunLog
@@ -45,7 +46,9 @@ class BatchRunner:
         runlog: RunLog,
         should_stop: Callable[[], bool],
         ticks: Callable[[], None],
+        claimer: Claimer,
     ) -> None:
+        self.claimer = claimer
         self.session = session
         self.lease = lease
         self.acks = acks
@@ -54,8 +57,16 @@ class BatchRunner:
         self._should_stop = should_stop
         self._ticks = ticks
 
-    def run(self, queue: QueueConfig, batch: list[Message], runner: handlers.Runner) -> None:
-        session, lease, acks = self.session, self.lease, self.acks
+    def run(
+        self,
+        queue: QueueConfig,
+        batch: list[Message],
+        runner: handlers.Runner,
+        may_claim_ahead: Callable[[], bool] = lambda: False,
+    ) -> None:
+        """Run ``batch``, and where ``may_claim_ahead()`` (group_ack on PostgreSQL),
+        the batches claimed while the one before runs (claimer.send_ahead)."""
+        session, lease, acks, claimer = self.session, self.lease, self.acks, self.claimer
         # At least once a second: the run log learns which message runs for long.
         tick_every = max(min(queue.stalled_after / 3, 1.0), 0.05)
         beat_every = queue.stalled_after / 3
@@ -99,15 +110,42 @@ class BatchRunner:
             proof = session.last_proof + liveness.FENCE if fenced else math.inf
             return min(lease.until, proof, session.deadline or math.inf)
 
-        jobs = [
-            (m.payload or b"", handlers.MessageInfo(m.id, m.queue, m.error_count, m.created_at))
-            for m in batch
-        ]
+        def job(m: Message) -> handlers.Job:
+            return m.payload or b"", handlers.MessageInfo(
+                m.id, m.queue, m.error_count, m.created_at
+            )
+
+        failed_ahead: list[DatabaseError] = []
+
+        def ending_soon() -> None:
+            # This batch will be done within milliseconds: the next claim goes now and
+            # is read once its results are recorded (more()), so that the server works
+            # on it while the drain and the child work on this one.
+            if claimer.ahead is None and may_claim_ahead():
+                try:
+                    claimer.send_ahead(queue)
+                except SessionLost:
+                    raise  # gc may take what runs now: the runner kills it on the way out
+                except DatabaseError as exc:  # this batch ends first, recorded if it can be
+                    failed_ahead.append(exc)
+
+        def more() -> int:
+            if claimer.ahead is None or failed_ahead or self._should_stop():
+                return 0
+            added = claimer.collect_ahead(queue)
+            batch.extend(added)
+            jobs.extend(map(job, added))
+            self.runlog.batch(added, more=True)
+            return len(added)
+
+        jobs = list(map(job, batch))
         self.runlog.batch(batch)
         self.report.activity.run(batch[0].id)
         session.in_hand = True  # held until its results are recorded (session.py: holding)
         carry = False
-        results = runner.run_many(jobs, admit, queue.timeout or None, tick, tick_every, not_after)
+        results = runner.run_many(
+            jobs, admit, queue.timeout or None, tick, tick_every, not_after, ending_soon, more
+        )
         lease.arm()
         try:
             # closing: a handler still running when we leave early is killed
@@ -115,6 +153,8 @@ class BatchRunner:
             with closing(results):
                 try:
                     acks.record_results(queue, batch, results, tick)
+                    if failed_ahead:
+                        raise failed_ahead[0]
                 except DatabaseError as exc:
                     if isinstance(exc, SessionLost):
                         runner.kill()  # it may be running a message gc can take now
@@ -125,6 +165,8 @@ class BatchRunner:
             carry = not self._should_stop()
         finally:
             lease.disarm()
+            if claimer.ahead is not None:  # stopped, or failed: what it took goes back
+                self._abandon_ahead(queue)
             try:
                 if session.done and not carry:
                     acks.acknowledge_group(queue)
@@ -139,3 +181,15 @@ class BatchRunner:
                     session.held = set()
         session.in_hand = False
         self.report.activity.run(None)
+
+    def _abandon_ahead(self, queue: QueueConfig) -> None:
+        """Read the claim sent ahead, so that what it took is returned with the unstarted."""
+        try:
+            self.claimer.collect_ahead(queue)
+        except DatabaseError as exc:
+            self.claimer.ahead = None
+            log.warning(
+                "queue %s: a claim made ahead could not be read (%s): what it took, if "
+                "anything, stays processing until `mq gc --stalled --requeue` takes it back",
+                queue.name, exc,
+            )  # fmt: skip

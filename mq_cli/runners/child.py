@@ -99,6 +99,19 @@ def encode_reply(number: int, kind: int, ended: float, seconds: float, error: st
     return PREFIX.pack(0, len(body)) + body
 
 
+def decode_reply(
+    frame: tuple[dict[str, object] | None, bytes], number: int
+) -> tuple[int, float, float, str] | str:
+    """(kind, ended, seconds, error) from the reply to message ``number``; else what is wrong."""
+    header, body = frame
+    if header is not None or len(body) < REPLY.size:
+        return f"not a reply: {header!r}"
+    got, kind, ended, seconds = REPLY.unpack_from(body)
+    if got != number:
+        return f"reply to message {got} when {number} was running"
+    return kind, ended, seconds, body[REPLY.size :].decode("utf-8", "replace")
+
+
 class FrameBuffer:
     """Bytes received so far; frames come out whole however the reads were cut."""
 

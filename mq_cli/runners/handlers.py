@@ -115,6 +115,8 @@ class Runner(Protocol):
         tick: Callable[[], None],
         tick_every: float,
         not_after: Callable[[], float | None] | None = None,
+        ending_soon: Callable[[], None] | None = None,
+        more: Callable[[], int] | None = None,
     ) -> Generator[tuple[int, Outcome], None, None]:
         """Run the handler on each job; yield (index, outcome) as each one ends.
 
@@ -123,6 +125,13 @@ class Runner(Protocol):
         over (the drain's deadline, and how long its claim is safe from gc);
         one that does not start is yielded with :data:`NOT_STARTED`. Every job
         is yielded exactly once.
+
+        A runner that hands jobs over ahead calls ``ending_soon()`` once the jobs
+        not yet ended should end within a few milliseconds at its handlers' recent
+        pace (AHEAD_WITHIN), and ``more()`` once every job has been yielded:
+        ``more`` appends jobs to ``jobs`` (a list then) and says how many, 0 to
+        end; then ``ending_soon()`` may come again. One that runs a job at a time
+        calls neither.
         """
         ...
 
@@ -159,6 +168,8 @@ class OneAtATime:
         tick: Callable[[], None],
         tick_every: float,
         not_after: Callable[[], float | None] | None = None,
+        ending_soon: Callable[[], None] | None = None,
+        more: Callable[[], int] | None = None,
     ) -> Generator[tuple[int, Outcome], None, None]:
         self._stopped = False
         for index, (payload, info) in enumerate(jobs):

@@ -29,22 +29,15 @@ from collections.abc import Callable, Generator, Sequence
 from mq_cli.core.errors import HandlerNotFound
 from mq_cli.runners.child import (
     FAILED,
-    REPLY,
     SKIP,
     SKIP_ALL,
     SKIPPED,
     FrameBuffer,
     ProtocolError,
+    decode_reply,
     encode_message,
 )
-from mq_cli.runners.handlers import (
-    NOT_STARTED,
-    Job,
-    MessageInfo,
-    Outcome,
-    Pacer,
-    storable,
-)
+from mq_cli.runners.handlers import NOT_STARTED, Job, MessageInfo, Outcome, Pacer, storable
 from mq_cli.runners.output import Tail
 from mq_cli.runners.process import death, kill_group
 from mq_cli.runners.worker import READ_CHUNK, Worker
@@ -54,10 +47,7 @@ WINDOW_BYTES = 1 << 20  # ... holding at most this many payload bytes (but alway
 EXIT_CHECK = 0.2  # seconds between looks at the child, where no pidfd can tell us at once
 # A fresh child's start (Python, the handler's imports) is no message's time: on a
 READY_WITHIN = 60.0  # loaded machine it can take longer than a 1 s timeout
-
-
-def _nothing() -> None:
-    pass
+AHEAD_WITHIN = 0.02  # ending_soon(): the jobs left end about this soon
 
 
 class _Sent:
@@ -67,10 +57,6 @@ class _Sent:
 
     def __init__(self, number: int, index: int, sent_at: float, size: int) -> None:
         self.number, self.index, self.sent_at, self.size = number, index, sent_at, size
-
-
-def _always(index: int) -> bool:
-    return True
 
 
 class PythonRunner:
@@ -89,6 +75,7 @@ class PythonRunner:
         self._stopped = False
         self._killed = False
         self._ready_once = False  # a child of ours got ready at least once
+        self._pace: float | None = None  # a handler's recent seconds (slow ones weigh long)
 
     @property
     def pid(self) -> int | None:
@@ -104,7 +91,7 @@ class PythonRunner:
     def start(self) -> None:
         """Start the child now (run_many would start it with the first message)."""
         if self._child is None:
-            self._first_spawn(Pacer(None, _nothing, 3600.0))
+            self._first_spawn(Pacer(None, lambda: None, 3600.0))
 
     def _first_spawn(self, pacer: Pacer) -> Outcome | None:
         # A child that never got ready is the handler's fault (HandlerNotFound, exit 2;
@@ -128,7 +115,9 @@ class PythonRunner:
         tick: Callable[[], None],
         tick_every: float,
     ) -> Outcome:
-        for _, outcome in self.run_many([(payload, info)], _always, timeout, tick, tick_every):
+        for _, outcome in self.run_many(
+            [(payload, info)], lambda _: True, timeout, tick, tick_every
+        ):
             return outcome
         raise AssertionError("run_many yields every job")
 
@@ -140,6 +129,8 @@ class PythonRunner:
         tick: Callable[[], None],
         tick_every: float,
         not_after: Callable[[], float | None] | None = None,
+        ending_soon: Callable[[], None] | None = None,
+        more: Callable[[], int] | None = None,
     ) -> Generator[tuple[int, Outcome], None, None]:
         if self._taken >= SKIP_ALL:  # stopped earlier: this child would start nothing
             self._discard()
@@ -167,8 +158,15 @@ class PythonRunner:
             if self._number > self._taken and not all(runnable(s.index) for s in sent):
                 self._take_back(self._number)
 
+        told = False  # ending_soon() was called for the jobs so far
         try:
-            while todo or sent:
+            while True:
+                if not todo and not sent:
+                    known = len(jobs)
+                    todo.extend(range(known, known + (more() if more is not None else 0)))
+                    if not todo:
+                        break
+                    told = False
                 if len(sent) <= WINDOW // 4:  # one write, one wake-up of the child per 48
                     limit = until()  # once per refill (runnable() looks again past it)
                     in_flight = sum(s.size for s in sent)
@@ -191,6 +189,11 @@ class PythonRunner:
                         sent.append(self._send(jobs[index], index, limit))
                         in_flight += sent[-1].size
                     self._flush()
+                    if not told and ending_soon is not None and self._pace is not None:
+                        # The jobs left end within AHEAD_WITHIN at the handlers' recent pace.
+                        told = (len(todo) + len(sent)) * self._pace <= AHEAD_WITHIN
+                        if told:
+                            ending_soon()
                     if not sent:
                         continue
                 head = sent[0]
@@ -207,6 +210,7 @@ class PythonRunner:
                     continue
                 sent.popleft()
                 kind, ended, seconds, error = reply
+                self._pace = max(seconds, (self._pace or 0.0) * 0.9)
                 if kind == SKIPPED:
                     if runnable(head.index):  # taken back with others: send it again
                         bisect.insort(todo, head.index)
@@ -255,16 +259,11 @@ class PythonRunner:
         self, frame: tuple[dict[str, object] | None, bytes], number: int
     ) -> tuple[int, float, float, str] | Outcome:
         """(kind, ended, seconds, error) from a reply frame; an Outcome if it is not one."""
-        header, body = frame
-        if header is None and len(body) >= REPLY.size:
-            got, kind, ended, seconds = REPLY.unpack_from(body)
-            if got == number:
-                return kind, ended, seconds, body[REPLY.size :].decode("utf-8", "replace")
-            problem = f"reply to message {got} when {number} was running"
-        else:
-            problem = f"not a reply: {header!r}"
+        reply = decode_reply(frame, number)
+        if isinstance(reply, tuple):
+            return reply
         self._discard()
-        return Outcome(ok=False, error=f"handler process broke the protocol: {problem}")
+        return Outcome(ok=False, error=f"handler process broke the protocol: {reply}")
 
     def _flush(self) -> None:
         """Write what the pipe takes now; the rest waits for POLLOUT in _next_reply."""
@@ -361,7 +360,7 @@ class PythonRunner:
         self._out = bytearray()
         self._number = self._taken = 0
         self._killed = False
-        frame = self._next_reply(pacer, time.monotonic() + READY_WITHIN, READY_WITHIN, _nothing)
+        frame = self._next_reply(pacer, time.monotonic() + READY_WITHIN, READY_WITHIN, lambda: None)
         if isinstance(frame, Outcome) and self._killed:
             return NOT_STARTED  # killed by us (a stop, a lost session) before it could start one
         if isinstance(frame, Outcome):

@@ -51,6 +51,13 @@ def claim_acking(
         return 0, db.claim(queue, limit, owner)
     promoted_now = db._promote_due(queue)
     rows = db._write_rows(db._sql["claim_acking"], (list(done), owner, queue, limit, owner))
+    return acked(db, rows, queue, limit, owner, promoted_now)
+
+
+def acked(
+    db: SqlBackend, rows: list[Any], queue: str, limit: int, owner: str, promoted_now: bool
+) -> tuple[int, list[Message]]:
+    """What a claim_acking statement deleted and took, from its rows (sent now or ahead)."""
     deleted = int(rows[0][9]) if rows else 0
     taken, selected = _taken(rows, queue)
     if not taken and selected:  # every row it selected went to others: look again

@@ -13,7 +13,7 @@ from mq_cli.backends.claims import unlock_claims_for_tests
 from mq_cli.backends.dialects import Dialect, LazyDriver, OpenOptions, driver_installed, register
 from mq_cli.backends.inserts import initial_status
 from mq_cli.backends.liveness import lock_key
-from mq_cli.backends.postgres import claims, session, topology
+from mq_cli.backends.postgres import ahead, claims, session, topology
 from mq_cli.backends.postgres import errors as pg_errors
 from mq_cli.backends.postgres import schema as pg_schema
 from mq_cli.backends.postgres import url as pg_url
@@ -102,6 +102,7 @@ class PostgresBackend(SqlBackend):
         self.driver_errors = (psycopg.Error,)
         self._statement_pool = False  # a pool in statement mode refused a BEGIN here
         self._acks = AckInFlight(psycopg)
+        self._ahead = ahead.ClaimInFlight(psycopg)
         self._listener = Listener(table, lambda: self.conn, self._errors, psycopg.Error)
         self.conn = self._connect()
         if create and self.schema_version() is None:
@@ -292,6 +293,8 @@ class PostgresBackend(SqlBackend):
     ) -> tuple[int, list[Message]]:
         return claims.claim_acking(self, queue, limit, owner, done)
 
+    claim_ahead_send = ahead.claim_ahead_send
+    claim_ahead_collect = ahead.claim_ahead_collect
     ack_success_send = inflight.ack_success_send
     ack_success_collect = inflight.ack_success_collect
 

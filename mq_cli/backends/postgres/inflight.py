@@ -59,20 +59,10 @@ class AckInFlight(inflight.AckInFlight):
         self._prepared_on = None
 
     def _flush(self, pgconn: Any) -> None:
-        while pgconn.flush():
-            _wait(pgconn.socket, writing=True)
+        flush(pgconn)
 
     def _results(self, pgconn: Any) -> list[Any]:
-        results: list[Any] = []
-        while True:
-            pgconn.consume_input()
-            if pgconn.is_busy():
-                _wait(pgconn.socket)
-                continue
-            result = pgconn.get_result()
-            if result is None:
-                return results
-            results.append(result)
+        return results(pgconn)
 
     def _check(self, conn: Any, results: list[Any]) -> int:
         """Rows deleted; raises the server's error as psycopg would."""
@@ -81,3 +71,23 @@ class AckInFlight(inflight.AckInFlight):
             if result.status != ok:
                 raise self._psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
         return sum(result.command_tuples or 0 for result in results)
+
+
+def flush(pgconn: Any) -> None:
+    """Send what libpq holds for the server."""
+    while pgconn.flush():
+        _wait(pgconn.socket, writing=True)
+
+
+def results(pgconn: Any) -> list[Any]:
+    """Every result of what was sent, waiting for them."""
+    got: list[Any] = []
+    while True:
+        pgconn.consume_input()
+        if pgconn.is_busy():
+            _wait(pgconn.socket)
+            continue
+        result = pgconn.get_result()
+        if result is None:
+            return got
+        got.append(result)

@@ -383,6 +383,12 @@ SELECT id FROM "{table}" WHERE id IN ({ids}) AND owner = %s AND status = 'proces
 UPDATE "{table}" SET status = 'ready', owner = NULL, heartbeat_at = NULL
 WHERE queue = %s AND status = 'processing' AND owner = %s
 
+-- name: release_owner_keeping
+-- The same while the drain holds others on the queue (a claim made ahead of the
+-- batch it runs): those stay its own.
+UPDATE "{table}" SET status = 'ready', owner = NULL, heartbeat_at = NULL
+WHERE queue = %s AND status = 'processing' AND owner = %s AND id NOT IN ({ids})
+
 -- Schema shape and migrations (backends/schema.py): what `mq init` repairs and
 -- what every command checks once before it reads or writes messages. The
 -- table is looked up in the connection's current schema (search_path).
