@@ -113,3 +113,33 @@ def test_a_drain_that_stops_gives_back_what_it_claimed_ahead(pg, tmp_path):
     assert "processing" not in left, left
     assert left.get("ready", 0) == 20000 - report["succeeded"]
     assert report["claimed"] == report["succeeded"] + report["returned"]
+
+
+def test_a_waiting_drain_claims_ahead_and_goes_back_to_waiting(pg, tmp_path):
+    """--wait: the claims made ahead find the queue empty, the drain waits (LISTEN on
+    the same connection) and drains the next burst as it comes."""
+    (tmp_path / "mq.yaml").write_text(
+        "queues:\n  jobs: {handler: 'tests.jobs:record', group_ack: true, batch_size: 10}\n"
+    )
+    log = tmp_path / "ran.jsonl"
+    enqueue(pg, 60)
+    drain = pg.spawn(
+        "-vv", "drain", "-q", "jobs", "--wait", "--max-seconds", "6", "--json",
+        env=pg.env(MQ_TEST_LOG=str(log)),
+    )  # fmt: skip
+    try:
+        wait_for(lambda: len(ran(log)) == 60, why=lambda: len(ran(log)))
+        lines = "".join(json.dumps({"n": n}) + "\n" for n in range(60, 120))
+        assert pg.run("enqueue", "-q", "jobs", "--lines", input=lines).exit_code == 0
+        wait_for(lambda: len(ran(log)) == 120, why=lambda: len(ran(log)))
+        out, err = drain.communicate(timeout=30)
+    finally:
+        drain.kill()
+        drain.communicate()
+    text = err.decode()
+    assert drain.returncode == 0, text
+    report = json.loads(out)
+    assert (report["succeeded"], report["lost"], report["ended"]) == (120, 0, "deadline"), report
+    assert sorted(r["payload"]["n"] for r in ran(log)) == list(range(120))
+    assert AHEAD in text and "Traceback" not in text
+    assert statuses(pg) == {}

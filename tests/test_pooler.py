@@ -166,3 +166,22 @@ def test_a_waiting_drain_polls_through_a_transaction_pooler_and_says_so(pgbounce
         assert text.count("through a pooler in transaction mode: no LISTEN") == 1
         assert text.count("through a pooler in transaction mode: no session lock") == 1
         assert "Traceback" not in text and "prepared statement" not in text
+
+
+def test_group_ack_claims_ahead_through_the_pooler(pooled_db, tmp_path):
+    """The next claim sent while a batch runs (postgres/ahead.py) goes through a
+    transaction pooler unprepared (prepare_threshold None), through a session pooler
+    prepared: every message runs once either way."""
+    db = pooled_db
+    (tmp_path / "mq.yaml").write_text(
+        "queues:\n  q: {handler: 'tests.jobs:noop', group_ack: true, batch_size: 10}\n"
+    )
+    lines = "".join(json.dumps({"n": n}) + "\n" for n in range(150))
+    assert db.run("enqueue", "-q", "q", "--lines", "--silent", input=lines).exit_code == 0
+    result = db.run("-vv", "drain", "-q", "q", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert (report["claimed"], report["succeeded"], report["lost"]) == (150, 150, 0)
+    assert "message(s) ahead" in result.stderr, result.stderr
+    stats = json.loads(db.run("stats", "--json").stdout)["q"]
+    assert (stats["ready"], stats["processing"]) == (0, 0)
