@@ -1,11 +1,12 @@
 """group_ack's next claim sent ahead on PostgreSQL, its rows read later (issue 38).
 
-The drain sends `claim_acking` (the last group's DELETE and the next claim, one
-statement) through libpq as soon as the batch it runs is all with the handler's
-child, and reads the rows once that batch's results are recorded: the server's
-work on the claim overlaps the drain's and the child's. psycopg knows nothing of
-the statement, so its result is read before anything else uses the connection
-(``SettledConnection``), and kept here until the drain asks for it.
+The drain sends `claim_acking` (the group's DELETE and the next claim, one
+statement) through libpq once the batch it runs should end within milliseconds
+(runners/python.py: ending_soon), and reads the rows once that batch's results
+are recorded: the server's work on the claim overlaps the drain's and the
+child's. psycopg knows nothing of the statement, so its result is read before
+anything else uses the connection (``SettledConnection``), and kept here until
+the drain asks for it.
 """
 
 from __future__ import annotations
@@ -65,6 +66,14 @@ class ClaimInFlight:
             error = wrap(exc)
             self._read = inflight.LOST if isinstance(error, ConnectionLost) else error
 
+    def take(
+        self, conn: Any, wrap: Callable[[BaseException], MqError]
+    ) -> tuple[list[Any] | MqError | inflight.Lost | None, tuple[str, int, str, list[int], bool]]:
+        """What was read of the claim (reading it now if need be), and what it was sent with."""
+        self.settle(conn, wrap)
+        read, self._read = self._read, None
+        return read, self._args
+
     def forget(self) -> None:
         """The connection is being replaced: a claim pending on it is of unknown outcome."""
         if self.pending is not None:
@@ -92,10 +101,9 @@ def claim_ahead_send(backend: Any, queue: str, limit: int, owner: str, done: Seq
 
 def claim_ahead_collect(backend: Any) -> tuple[int, list[Message]]:
     """``Backend.claim_ahead_collect``: what the claim sent ahead deleted and took."""
-    ahead = backend._ahead
-    ahead.settle(backend._conn, backend._wrap)
-    read, ahead._read = ahead._read, None
-    queue, limit, owner, done, promoted_now = ahead._args
+    read, (queue, limit, owner, done, promoted_now) = backend._ahead.take(
+        backend._conn, backend._wrap
+    )
     if isinstance(read, Deadlock):  # rolled back: nothing happened, so do it now
         return claims.claim_acking(backend, queue, limit, owner, done)
     if isinstance(read, MqError):

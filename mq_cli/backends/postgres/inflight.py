@@ -44,25 +44,19 @@ class AckInFlight(inflight.AckInFlight):
         else:
             if self._prepared_on is not pgconn:
                 pgconn.send_prepare(PREPARED, statement)
-                self._flush(pgconn)
-                self._check(conn, self._results(pgconn))
+                flush(pgconn)
+                self._check(conn, results(pgconn))
                 self._prepared_on = pgconn
             pgconn.send_query_prepared(PREPARED, params)
-        self._flush(pgconn)
+        flush(pgconn)
         return pgconn
 
     def _receive(self, conn: Any, sent_on: Any) -> int:
-        return self._check(conn, self._results(sent_on))
+        return self._check(conn, results(sent_on))
 
     def forget(self) -> None:
         super().forget()
         self._prepared_on = None
-
-    def _flush(self, pgconn: Any) -> None:
-        flush(pgconn)
-
-    def _results(self, pgconn: Any) -> list[Any]:
-        return results(pgconn)
 
     def _check(self, conn: Any, results: list[Any]) -> int:
         """Rows deleted; raises the server's error as psycopg would."""
