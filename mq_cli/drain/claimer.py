@@ -40,8 +40,9 @@ class Claimer:
         self.options = options
         self.report = report
         self.throttle = Throttle()
-        #: a claim sent ahead and not read yet: (its group's ids, the owner, the size)
-        self.ahead: tuple[list[int], str, int] | None = None
+        #: a claim sent ahead and not read yet: (its group's ids, the owner, the size,
+        #: whether the connection broke while it was sent: it may have run or not)
+        self.ahead: tuple[list[int], str, int, bool] | None = None
         session.on_let_go.append(self._forget_ahead)
 
     def _forget_ahead(self) -> None:
@@ -97,9 +98,18 @@ class Claimer:
         session = self.session
         size = self.options.batch_size or queue.batch_size
         grouped, owner = [m.id for m in session.done], session.owner
-        if not session.db(lambda b: b.claim_ahead_send(queue.name, size, owner, grouped)):
+        tries = 0
+
+        def send(backend: Backend) -> bool:
+            nonlocal tries
+            tries += 1
+            # Sent again after a lost connection, it could run twice: collect_ahead
+            # claims anew instead, as after a lost reply.
+            return tries > 1 or backend.claim_ahead_send(queue.name, size, owner, grouped)
+
+        if not session.db(send):
             return False
-        self.ahead = (grouped, owner, size)
+        self.ahead = (grouped, owner, size, tries > 1)
         # Deleted by that claim: neither a tick's DELETE nor the next claim has them.
         session.done = []
         return True
@@ -108,11 +118,11 @@ class Claimer:
         """The batch the claim sent ahead took, once the batch before it is recorded."""
         assert self.ahead is not None
         session = self.session
-        (grouped, owner, size), self.ahead = self.ahead, None
+        (grouped, owner, size, unknown), self.ahead = self.ahead, None
         # Never given back: what this drain holds (the batch that ran) and its successes
         # since the claim went, whose DELETE waits for the next group.
         keep = sorted(session.held) + [m.id for m in session.done]
-        deleted, tries = len(grouped), 0
+        deleted, tries = len(grouped), 1 if unknown else 0
 
         def claim(backend: Backend) -> list[Message]:
             nonlocal deleted, tries
