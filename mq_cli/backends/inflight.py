@@ -98,26 +98,24 @@ class AckInFlight:
 
 
 class SettledConnection:
-    """A backend's ``conn`` while a DELETE may be in flight on it (``_acks``): the
-    result is read before anything else uses the connection, and a connection
-    replaced (a reconnect) marks what was pending on the old one lost."""
+    """A backend's ``conn`` while statements may be in flight on it: each of
+    ``backend._in_flight`` (a success's DELETE; PostgreSQL's claim sent ahead,
+    postgres/ahead.py) has its result read before anything else uses the
+    connection, and a connection replaced (a reconnect) marks what was pending on
+    the old one lost."""
 
     def __get__(self, backend: Any, owner: type | None = None) -> Any:
         if backend is None:
             return self
-        acks = backend._acks
-        if acks.pending is not None:
-            acks.settle(backend._conn, backend._wrap)
-        ahead = getattr(backend, "_ahead", None)  # a claim sent ahead (postgres/ahead.py)
-        if ahead is not None and ahead.pending is not None:
-            ahead.settle(backend._conn, backend._wrap)
+        for sent in backend._in_flight:
+            if sent.pending is not None:
+                sent.settle(backend._conn, backend._wrap)
         return backend._conn
 
     def __set__(self, backend: Any, value: Any) -> None:
         if getattr(backend, "_conn", None) is not None:
-            backend._acks.forget()
-            if getattr(backend, "_ahead", None) is not None:
-                backend._ahead.forget()
+            for sent in backend._in_flight:
+                sent.forget()
         backend._conn = value
 
 

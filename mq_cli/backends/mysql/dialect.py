@@ -85,6 +85,7 @@ class MysqlBackend(SqlBackend):
         self.retries = RETRIES
         self.driver_errors = (pymysql.MySQLError, OSError)
         self._acks = AckInFlight(self.driver_errors, splits_queries(pymysql.connections.Connection))
+        self._in_flight = (self._acks,)  # read before the connection is used (conn)
         self.conn = self._connect()
         if create and self.schema_version() is None:
             self.init_schema()

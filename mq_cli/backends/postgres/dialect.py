@@ -103,6 +103,7 @@ class PostgresBackend(SqlBackend):
         self._statement_pool = False  # a pool in statement mode refused a BEGIN here
         self._acks = AckInFlight(psycopg)
         self._ahead = ahead.ClaimInFlight(psycopg)
+        self._in_flight = (self._acks, self._ahead)  # read before the connection is used
         self._listener = Listener(table, lambda: self.conn, self._errors, psycopg.Error)
         self.conn = self._connect()
         if create and self.schema_version() is None:
