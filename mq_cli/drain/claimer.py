@@ -43,6 +43,7 @@ class Claimer:
         #: a claim sent ahead and not read yet: (its group's ids, the owner, the size,
         #: whether the connection broke while it was sent: it may have run or not)
         self.ahead: tuple[list[int], str, int, bool] | None = None
+        self._cannot_ahead = False  # the database said it cannot (MariaDB, SQLite)
         session.on_let_go.append(self._forget_ahead)
 
     def _forget_ahead(self) -> None:
@@ -96,6 +97,8 @@ class Claimer:
         """group_ack: send the next claim (with the successes so far) while the batch
         runs, to be read by collect_ahead; False where the database cannot."""
         session = self.session
+        if self._cannot_ahead:
+            return False
         size = self.options.batch_size or queue.batch_size
         grouped, owner = [m.id for m in session.done], session.owner
         tries = 0
@@ -108,6 +111,7 @@ class Claimer:
             return tries > 1 or backend.claim_ahead_send(queue.name, size, owner, grouped)
 
         if not session.db(send):
+            self._cannot_ahead = True  # not asked again at every batch
             return False
         self.ahead = (grouped, owner, size, tries > 1)
         # Deleted by that claim: neither a tick's DELETE nor the next claim has them.
