@@ -39,3 +39,6 @@ class Caps:
     #: each DDL statement commits at once (MySQL): `mq init` cannot be one transaction,
     #: so its lock is a session lock held while it runs (backends/sqlschema.py)
     ddl_commits: bool = False
+    #: a success's DELETE can go out now and be read at the next result
+    #: (Backend.ack_success_send); else the drain does not ask, once per message
+    sends_acks: bool = False

@@ -59,6 +59,7 @@ class Acknowledger:
         # A success whose DELETE was sent and not yet read (PostgreSQL): the queue, the
         # message, its handler's seconds, when it was sent (time.monotonic) and the owner then.
         self._in_flight: tuple[QueueConfig, Message, float, float, str] | None = None
+        self._sends_acks: bool | None = None  # the dialect's caps.sends_acks, once known
         session.on_let_go.append(self._forget_in_flight)
 
     def _forget_in_flight(self) -> None:
@@ -206,7 +207,9 @@ class Acknowledger:
             # Where the dialect can, the DELETE goes out now and its result is read
             # at the next result, so the drain's work on that one overlaps the commit.
             owner = self.session.owner
-            if self.session.db(
+            if self._sends_acks is None:
+                self._sends_acks = bool(self.session.db(lambda b: b.caps.sends_acks))
+            if self._sends_acks and self.session.db(
                 lambda b: b.ack_success_send(message, owner, queue.unique_retention)
             ):
                 seconds = outcome.seconds or 0.0

@@ -22,6 +22,7 @@ import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from mq_cli.core.errors import DatabaseError, MqError, PermissionDenied, SchemaMissing
@@ -102,7 +103,13 @@ class Histogram:
         return cls.FLOOR * 10 ** ((index - 0.5) / cls.PER_DECADE)
 
     def add(self, seconds: float) -> None:
-        index = self.bucket(seconds)
+        # bucket(), inline: two of these per message run
+        if seconds >= self.FLOOR:
+            index = 1 + int(math.log10(seconds / self.FLOOR) * self.PER_DECADE)
+            if index > self.TOP:
+                index = self.TOP
+        else:
+            index = 0
         self.counts[index] = self.counts.get(index, 0) + 1
 
     def merge(self, other: Histogram) -> None:
@@ -186,7 +193,7 @@ class RunLog:
         self._flushed = time.monotonic()
         self._tallies: dict[str, _Tally] = {}
         #: (queue, ok, started (this host's clock), seconds, available_at) not tallied yet
-        self._results: list[tuple[str, bool, float, float, float]] = []
+        self._results: list[tuple[str, bool, float, float, datetime]] = []
         self._pending: dict[int, None] = {}  # the batch's ids without a result, in order
         self._since = 0.0  # when the first pending message started, at the latest
         self._running: int | None = None  # the id written as running
@@ -217,10 +224,15 @@ class RunLog:
         self._pending.pop(message.id, None)
         now = time.time()
         if outcome.started:
-            seconds = max(outcome.seconds or 0.0, 0.0)
-            when = message.available_at.timestamp()
+            # Once per message: plain tests, not max() (~10 % of this method); the
+            # message's datetime becomes seconds in _tally, when the slice is written.
+            seconds = outcome.seconds
+            if not (seconds is not None and seconds > 0.0):  # None, negative, NaN
+                seconds = 0.0
+            when = message.available_at
             self._results.append((message.queue, outcome.ok, now - seconds, seconds, when))
-        self._since = max(self._since, now)
+        if now > self._since:
+            self._since = now
 
     def tick(self) -> None:
         """After each result, while a handler runs, while a --wait drain idles: the
@@ -257,11 +269,11 @@ class RunLog:
             self._counts = counts
 
     def _tally(self) -> None:
-        for queue, ok, started, seconds, available in self._results:
+        for queue, ok, started, seconds, available_at in self._results:
             tally = self._tallies.get(queue)
             if tally is None:
                 tally = self._tallies[queue] = _Tally(start=self._db_time(started))
-            wait = max(self._db_time(started) - available, 0.0)
+            wait = max(self._db_time(started) - available_at.timestamp(), 0.0)
             if ok:
                 tally.done += 1
             else:

@@ -69,7 +69,7 @@ class MysqlBackend(SqlBackend):
     kind = dialect = "mysql"
     #: a server's GET_LOCK holds a drain's liveness; the unique index is on unique_slot;
     #: DDL commits as it goes
-    caps = Caps(unique_slot=True, ddl_commits=True)
+    caps = Caps(unique_slot=True, ddl_commits=True, sends_acks=True)
     #: the run log's indexes are part of its CREATE TABLEs (MySQL has no CREATE INDEX IF NOT EXISTS)
     runlog_ddl = ("create_runs", "create_rollup")
     ddl_names = ("create_table", "create_meta", *runlog_ddl, *SqlBackend.limits_ddl)

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from mq_cli.backends import commits, inflight
-from mq_cli.backends.base import Found
+from mq_cli.backends.base import Caps, Found
 from mq_cli.backends.claims import unlock_claims_for_tests
 from mq_cli.backends.dialects import Dialect, LazyDriver, OpenOptions, driver_installed, register
 from mq_cli.backends.inserts import initial_status
@@ -72,6 +72,7 @@ def require_driver() -> None:
 
 class PostgresBackend(SqlBackend):
     kind = dialect = "postgres"
+    caps = Caps(sends_acks=True)
     ddl_names = (
         "create_table", "create_claim_index", "create_unique_index", "create_due_index",
         "create_meta", *SqlBackend.runlog_ddl, *SqlBackend.limits_ddl,
