@@ -168,6 +168,12 @@ class PythonRunner:
                         break
                     told = False
                 if len(sent) <= WINDOW // 4:  # one write, one wake-up of the child per 48
+                    if not told and ending_soon is not None and self._pace is not None:
+                        # The jobs left end within AHEAD_WITHIN at the handlers' recent pace:
+                        # told first, so the next claim runs while this refill is written.
+                        told = (len(todo) + len(sent)) * self._pace <= AHEAD_WITHIN
+                        if told:
+                            ending_soon()
                     limit = until()  # once per refill (runnable() looks again past it)
                     in_flight = sum(s.size for s in sent)
                     while todo and len(sent) < WINDOW:
@@ -189,11 +195,6 @@ class PythonRunner:
                         sent.append(self._send(jobs[index], index, limit))
                         in_flight += sent[-1].size
                     self._flush()
-                    if not told and ending_soon is not None and self._pace is not None:
-                        # The jobs left end within AHEAD_WITHIN at the handlers' recent pace.
-                        told = (len(todo) + len(sent)) * self._pace <= AHEAD_WITHIN
-                        if told:
-                            ending_soon()
                     if not sent:
                         continue
                 head = sent[0]
