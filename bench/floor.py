@@ -4,7 +4,8 @@ The statements are read from mq_cli/backends/*/*.sql (``load_queries``) so
 they stay in step with mq; the connection is set up as mq's (TLS off, READ
 COMMITTED, autocommit on MariaDB; WAL, synchronous=NORMAL, BEGIN IMMEDIATE on
 SQLite). What this loop reaches is the physical limit of mq's design on this
-server; the bench reports mq's ratio to it.
+server; the bench reports mq's ratio to it. With ``--ack batch`` a batch's DELETE
+runs in the next claim's transaction, as mq's group_ack does.
 
     python floor.py drain URL --batch 100 --ack each|batch
     python floor.py insert URL --count 100000 --rows 1000
@@ -15,6 +16,7 @@ Prints one JSON line: what it did and its own timing (without interpreter start)
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -113,18 +115,28 @@ def drain(db: Db, queue: str, batch: int, ack: str) -> dict[str, Any]:
     sql = db.sql
     owner = f"floor:{os.getpid()}"
     deleted = claims = 0
+
+    def claim(done: list[int]) -> tuple[int, list[Any]]:
+        # ``done`` (--ack batch: the last batch) is deleted in the claim's transaction,
+        # as mq's group_ack does (claims.claim_acking): one commit a batch.
+        grouped = 0
+        if done:
+            many = sql["ack_delete_many"].replace("{ids}", db.ids(len(done)))
+            db.cur.execute(many, (*done, owner))
+            grouped = db.cur.rowcount
+        db.cur.execute(sql["claim_select"], (queue, batch))
+        rows = db.cur.fetchall()
+        if rows:
+            mark = sql["claim_mark"].replace("{ids}", db.ids(len(rows)))
+            db.cur.execute(mark, (owner, *[row[0] for row in rows]))
+        return grouped, list(rows)
+
     started = time.perf_counter()
+    done: list[int] = []
     while True:
-
-        def claim() -> list[Any]:
-            db.cur.execute(sql["claim_select"], (queue, batch))
-            rows = db.cur.fetchall()
-            if rows:
-                mark = sql["claim_mark"].replace("{ids}", db.ids(len(rows)))
-                db.cur.execute(mark, (owner, *[row[0] for row in rows]))
-            return list(rows)
-
-        rows = db.transaction(claim)
+        grouped, rows = db.transaction(functools.partial(claim, done))
+        deleted += grouped
+        done = []
         claims += 1
         if not rows:
             break
@@ -133,8 +145,7 @@ def drain(db: Db, queue: str, batch: int, ack: str) -> dict[str, Any]:
             for message_id in ids:
                 deleted += db.change(sql["ack_delete"], (message_id, owner))
         else:
-            many = sql["ack_delete_many"].replace("{ids}", db.ids(len(ids)))
-            deleted += db.change(many, (*ids, owner))
+            done = ids
     return {
         "succeeded": deleted,
         "claims": claims,

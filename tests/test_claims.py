@@ -286,8 +286,8 @@ def test_tombstones_are_purged_after_retention(db, count):
 
 
 def test_claim_acking_deletes_the_group_that_is_still_ours_and_claims_the_next(db):
-    """group_ack's batch end: the last group's DELETE and the next claim (PostgreSQL
-    commits both in one statement; the others one after the other)."""
+    """group_ack's batch end: the last group's DELETE and the next claim, one commit
+    (PostgreSQL: one statement; MariaDB, SQLite: one transaction)."""
     with backend_for(db) as b:
         ids = fill(b, "q", 6)
         first = [m.id for m in b.claim("q", 3, "drain-a")]
@@ -310,6 +310,40 @@ def test_claim_acking_deletes_the_group_that_is_still_ours_and_claims_the_next(d
         assert (deleted, [m.id for m in batch]) == (2, [ids[5]])
         assert (deleted2, rest) == (1, [])
         assert db.sql("SELECT id FROM mq_messages") == [(first[2],)]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "mysql"])
+def test_claim_acking_deletes_the_group_in_the_claims_own_commit(kind, request, monkeypatch):
+    """Where a claim is a transaction, the group's DELETE is in it (one commit a batch,
+    as docs/guarantees.md says): a claim that fails after the DELETE ran leaves the
+    group undeleted, to be deleted by the retry; one that commits takes both."""
+    from mq_cli.backends.sqlcore import SqlBackend
+
+    db = request.getfixturevalue(f"{kind}_db")
+    assert db.run("init").exit_code == 0
+    with backend_for(db) as b:
+        ids = fill(b, "q", 4)
+        first = [m.id for m in b.claim("q", 2, "drain-a")]
+        original = SqlBackend._claim_rows
+
+        def broken(self, tx, queue, limit, owner):
+            original(self, tx, queue, limit, owner)
+            raise RuntimeError("the claim failed before its commit")
+
+        monkeypatch.setattr(SqlBackend, "_claim_rows", broken)
+        with pytest.raises(RuntimeError):
+            b.claim_acking("q", 2, "drain-a", first)
+        rows = db.sql("SELECT id, status, owner FROM mq_messages ORDER BY id")
+        assert [tuple(r) for r in rows] == [
+            (first[0], "processing", "drain-a"),
+            (first[1], "processing", "drain-a"),
+            (ids[2], "ready", None),
+            (ids[3], "ready", None),
+        ]
+        monkeypatch.setattr(SqlBackend, "_claim_rows", original)
+        deleted, batch = b.claim_acking("q", 2, "drain-a", first)
+        assert (deleted, [m.id for m in batch]) == (2, ids[2:])
+        assert db.sql("SELECT id FROM mq_messages ORDER BY id") == [(ids[2],), (ids[3],)]
 
 
 def test_a_rate_limited_claim_that_finds_every_message_held_takes_none_and_keeps_its_tokens(db):

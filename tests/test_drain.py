@@ -322,15 +322,15 @@ def test_group_ack_deletes_a_batch_in_one_statement(db, ran, tmp_path):
 def test_group_ack_deletes_a_batch_with_the_next_claim(db, ran, tmp_path, monkeypatch):
     """A batch's last group goes with the next claim (one commit on PostgreSQL);
     a drain that stops after a batch (--max-messages) deletes it on its own."""
-    from mq_cli.backends.base import Backend
     from mq_cli.backends.postgres import PostgresBackend
+    from mq_cli.backends.sqlcore import SqlBackend
 
     calls: list[int] = []
     # claim_ahead_send: PostgreSQL sends the next claim while a batch runs (no
     # --max-messages), with the successes so far.
     for cls, name in (
         (PostgresBackend, "claim_acking"),
-        (Backend, "claim_acking"),
+        (SqlBackend, "claim_acking"),
         (PostgresBackend, "claim_ahead_send"),
     ):
         original = getattr(cls, name)

@@ -113,8 +113,8 @@ class Backend(ABC):
     def claim_acking(
         self, queue: str, limit: int, owner: str, done: Sequence[int]
     ) -> tuple[int, list[Message]]:
-        """``ack_success_many(done)`` then ``claim``: (how many deleted, the messages). A
-        dialect that can commits both at once (group_ack's batch end: one commit)."""
+        """``ack_success_many(done)`` then ``claim``: (how many deleted, the messages).
+        The SQL dialects commit both at once (group_ack's batch end: one commit)."""
         return self.ack_success_many(done, owner) if done else 0, self.claim(queue, limit, owner)
 
     def claim_ahead_send(self, queue: str, limit: int, owner: str, done: Sequence[int]) -> bool:

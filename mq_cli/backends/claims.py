@@ -121,6 +121,25 @@ def select_and_mark(
     return []
 
 
+def claim_acking(
+    db: Any, queue: str, limit: int, owner: str, done: Sequence[int]
+) -> tuple[int, list[Message]]:
+    """``Backend.claim_acking`` for a SqlBackend whose claim is a transaction (MariaDB,
+    SQLite): the DELETE of ``done`` runs in the claim's own, so group_ack's batch end
+    takes one commit, not two (PostgreSQL: one statement, postgres/claims.py)."""
+    if not done:
+        return 0, db.claim(queue, limit, owner)
+    deleted = 0
+
+    def body(tx: Tx) -> list[Any]:
+        nonlocal deleted  # run again after a deadlock: its first try rolled back
+        deleted = tx.change(db._with_ids("ack_delete_many", done), (*done, owner))
+        return db._claim_rows(tx, queue, limit, owner)
+
+    rows = db._claim_promoting(queue, limit, owner, lambda: claim_in(db._transaction, body))
+    return deleted, db._messages_of(rows, owner)
+
+
 def claimed(
     rows: list[Any], owner: str, time_of: Callable[[Any], datetime | None]
 ) -> list[Message]:

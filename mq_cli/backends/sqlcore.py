@@ -1,15 +1,14 @@
 """What every SQL backend does the same way, over one narrow executor.
 
-A dialect (sqlite/, mysql/, postgres/) brings the connection, its error mapping
-into mq's errors (:meth:`SqlBackend._wrap`), how to begin, commit and roll back,
-how a time and a duration travel as parameters, and how a batch of messages is
-inserted. On those, :class:`SqlBackend` is the executor (plumbing.py: reads,
-changes, transactions with deadlock retries) and does, once for every dialect,
-what the drain does: enqueue, claim, owner-guarded acknowledgements. The rest is
-its parts, each built on that executor: the schema and `mq init`
-(sqlschema.py), the meta table (meta.py), the operators' statements (sqlops.py),
-the fleet limits (sqllimits.py) and the run log (sqlrunlog.py). The statements
-are the named blocks of <dialect>/<dialect>.sql, the same names in each.
+A dialect (sqlite/, mysql/, postgres/) brings the connection, its errors as mq's
+(:meth:`SqlBackend._wrap`), begin/commit/rollback, how times and durations travel
+as parameters, and how messages are inserted. On those, :class:`SqlBackend` is the
+executor (plumbing.py: reads, changes, transactions with deadlock retries) and does
+for every dialect what the drain does: enqueue, claim (claims.py), owner-guarded
+acknowledgements. Its parts build on that executor: the schema and `mq init`
+(sqlschema.py), meta.py, the operators' statements (sqlops.py), the fleet limits
+(sqllimits.py), the run log (sqlrunlog.py). The statements are the named blocks
+of <dialect>/<dialect>.sql, the same names in each.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from functools import cached_property
 from operator import itemgetter
 from typing import Any, TypeVar
 
-from mq_cli.backends import commits, sqllimits, sqlrunlog
+from mq_cli.backends import claims, commits, sqllimits, sqlrunlog
 from mq_cli.backends.base import Backend
 from mq_cli.backends.claims import claim_in, claimed, select_and_mark, unknown_if_lost
 from mq_cli.backends.inserts import initial_status
@@ -51,9 +50,8 @@ PROMOTE_EVERY = 0.5
 
 
 def backoff(attempt: int) -> None:
-    # Jitter so that two drains that collided do not collide again; at most
-    # half a second between tries (Galera's 40 tries span about 15 s). Imported
-    # here: only a collision needs it, and every `mq enqueue` would load it.
+    # Jitter: two drains that collided do not collide again; at most 0.5 s between
+    # tries (Galera's 40 span ~15 s). Imported here: every `mq enqueue` would load it.
     import random
 
     time.sleep(min(random.uniform(0.005, 0.05) * (attempt + 1), 0.5))
@@ -78,8 +76,7 @@ class SqlBackend(Backend):
     runlog_ddl: tuple[str, ...] = sqlrunlog.DDL
     limits_ddl: tuple[str, ...] = sqllimits.DDL
 
-    # -- the parts, each on this executor (made at first use: a dialect's __init__
-    # -- opens the connection and calls no constructor of ours) -------------------
+    # -- the parts on this executor, made at first use (a dialect's __init__ calls none)
 
     @cached_property
     def schema(self) -> SqlSchema:
@@ -304,12 +301,14 @@ class SqlBackend(Backend):
         self.promote(queue)
         return True
 
-    def _claim_promoting(self, queue: str, limit: int, owner: str) -> list[Any]:
-        # Claims read ready rows only, so their cost does not grow with rows that
-        # are not due. A due delayed message becomes ready within PROMOTE_EVERY
-        # while the queue is busy, and before any claim comes back short of it.
+    def _claim_promoting(
+        self, queue: str, limit: int, owner: str, first: Callable[[], list[Any]] | None = None
+    ) -> list[Any]:
+        # Claims read ready rows only (no cost from rows not due): a due delayed message
+        # is ready within PROMOTE_EVERY while the queue is busy, and before any claim
+        # comes back short of it. ``first``: the first claim (claims.claim_acking).
         promoted_now = self._promote_due(queue)
-        rows = self._claim(queue, limit, owner)
+        rows = first() if first is not None else self._claim(queue, limit, owner)
         with unknown_if_lost(rows):  # those rows are held, unseen, if what follows is lost
             if len(rows) < limit and not promoted_now and self.promote(queue):
                 rows += self._claim(queue, limit - len(rows), owner)
@@ -317,6 +316,8 @@ class SqlBackend(Backend):
 
     def claim(self, queue: str, limit: int, owner: str) -> list[Message]:
         return self._messages_of(self._claim_promoting(queue, limit, owner), owner)
+
+    claim_acking = claims.claim_acking  # group_ack's batch end: one transaction
 
     def claim_limited(
         self, queue: str, limit: int, owner: str, per_second: float, slept: float
