@@ -3,6 +3,7 @@ prepared once per server session, unprepared where a pooler may sit in between."
 
 from __future__ import annotations
 
+import functools
 import select
 from typing import Any
 
@@ -12,6 +13,7 @@ from mq_cli.backends import inflight
 PREPARED = b"mq_ack_delete"
 
 
+@functools.lru_cache(maxsize=16)  # the same few statements, once per message each
 def dollar_params(sql: str) -> bytes:
     """psycopg's ``%s`` placeholders as libpq's ``$1, $2, ...``."""
     parts = sql.split("%s")
