@@ -139,8 +139,10 @@ class Guard:
             os.close(self._wfd)  # EOF: it exits (disarmed: killing nothing)
             os.close(self._rfd)
             self._wfd = self._rfd = -1
+            from mq_cli.runners.process import wait_exited  # the drain's side only
+
             try:
-                self._proc.wait(timeout=5.0)
+                wait_exited(self._proc, 5.0)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()

@@ -1,12 +1,17 @@
 """Child processes of a runner: a kill of a whole handler, the words for a death,
-a pidfd that tells an exit at once, and descriptors kept off stdin/out/err.
+a pidfd that tells an exit at once (and a wait woken by it), and descriptors kept
+off stdin/out/err.
 """
 
 from __future__ import annotations
 
 import fcntl
+import math
 import os
+import select
 import signal
+import subprocess
+from typing import Any
 
 from mq_cli.runners import fence
 
@@ -56,3 +61,22 @@ def _pidfd(pid: int) -> int:
         return int(pidfd_open(pid))
     except OSError:
         return -1
+
+
+def wait_exited(proc: subprocess.Popen[Any], timeout: float, pidfd: int = -1) -> int:
+    """``proc.wait(timeout)``, woken the moment it exits (``pidfd``, or one of its own):
+    Popen's wait sleeps in doubling steps of up to 50 ms, so an exit 6 ms in is seen
+    at 7.5 and one at 16 ms at 31.5, at the end of every drain. Raises
+    subprocess.TimeoutExpired as Popen's does."""
+    own = -1 if pidfd >= 0 or proc.returncode is not None else _pidfd(proc.pid)
+    watch = pidfd if pidfd >= 0 else own
+    if watch < 0:
+        return proc.wait(timeout=timeout)
+    try:
+        poller = select.poll()
+        poller.register(watch, select.POLLIN)
+        poller.poll(math.ceil(timeout * 1000))
+    finally:
+        if own >= 0:
+            os.close(own)
+    return proc.wait(timeout=0)

@@ -15,7 +15,7 @@ from mq_cli.runners import fence
 from mq_cli.runners.child import FrameBuffer, _worker_argv
 from mq_cli.runners.handlers import handler_environ
 from mq_cli.runners.output import Tail
-from mq_cli.runners.process import _above_stdio, _pidfd, kill_group, kill_handler
+from mq_cli.runners.process import _above_stdio, _pidfd, kill_group, kill_handler, wait_exited
 
 CLOSE_GRACE = 5.0  # seconds a child gets to exit after its pipe closes, before SIGKILL
 READ_CHUNK = 1 << 16
@@ -103,7 +103,7 @@ class Worker:
         """After its pipe closed: wait for the child (killing one that lives on, not
         usable), sweep all it started, close the pipes; its returncode."""
         try:
-            self.proc.wait(timeout=1.0)
+            wait_exited(self.proc, 1.0, self.pidfd)
         except subprocess.TimeoutExpired:
             kill_group(self.proc.pid)
             self.proc.wait()
@@ -125,7 +125,7 @@ class Worker:
         os.close(self.wfd)
         self.wfd = -1
         try:
-            self.proc.wait(timeout=CLOSE_GRACE)
+            wait_exited(self.proc, CLOSE_GRACE, self.pidfd)
         except subprocess.TimeoutExpired:  # a handler left a non-daemon thread running
             kill_handler(self.proc.pid, self.mark)
             self.proc.wait()
