@@ -1,0 +1,53 @@
+"""How the `mq` process ends: its exit code and everything it printed, as a shell
+and cron see them (a real subprocess; main() skips the interpreter's teardown)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def mq(tmp_path: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mq_cli", "--config", str(tmp_path / "mq.yaml"), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+
+
+def test_the_process_exits_with_its_code_after_all_it_printed(tmp_path):
+    (tmp_path / "mq.yaml").write_text(
+        f"database:\n  url: sqlite:///{tmp_path}/mq.db\n"
+        "queues:\n  jobs: {handler: 'tests.jobs:noop'}\n"
+    )
+    lines = "".join(f'{{"n": {i}}}\n' for i in range(500))
+    enqueued = mq(tmp_path, "enqueue", "-q", "jobs", "--lines", stdin=lines)
+    assert enqueued.returncode == 0, enqueued.stderr
+    assert len(enqueued.stdout.split()) == 500  # a pipe: block-buffered, flushed at the end
+
+    drained = mq(tmp_path, "drain", "-q", "jobs", "--json")
+    assert drained.returncode == 0, drained.stderr
+    assert json.loads(drained.stdout)["succeeded"] == 500
+
+    unknown = mq(tmp_path, "drain", "-q", "nosuch")
+    assert unknown.returncode == 2
+    assert "nosuch" in unknown.stderr and "Traceback" not in unknown.stderr
+
+    rejected = mq(tmp_path, "enqueue", "-q", "jobs", "not json")
+    assert rejected.returncode == 1, rejected.stderr
+    assert rejected.stdout == "" and "nothing was stored" in rejected.stderr
+
+
+def test_a_database_that_cannot_be_reached_still_exits_3(tmp_path):
+    (tmp_path / "mq.yaml").write_text(
+        "database:\n  url: mysql://root@127.0.0.1:1/nothing\n  connect_timeout: 2s\n"
+        "queues:\n  jobs: {handler: 'tests.jobs:noop'}\n"
+    )
+    result = mq(tmp_path, "stats", "--json")
+    assert result.returncode == 3
+    assert result.stderr.startswith("mq: ") and "Traceback" not in result.stderr
