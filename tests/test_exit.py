@@ -4,6 +4,7 @@ and cron see them (a real subprocess; main() skips the interpreter's teardown)."
 from __future__ import annotations
 
 import json
+import pstats
 import subprocess
 import sys
 from pathlib import Path
@@ -51,3 +52,19 @@ def test_a_database_that_cannot_be_reached_still_exits_3(tmp_path):
     result = mq(tmp_path, "stats", "--json")
     assert result.returncode == 3
     assert result.stderr.startswith("mq: ") and "Traceback" not in result.stderr
+
+
+def test_a_profiled_run_still_writes_its_profile(tmp_path):
+    """python -m cProfile (what bench/README's profiles come from) writes its stats
+    at Python's own exit, which the fast end must not skip."""
+    (tmp_path / "mq.yaml").write_text(f"database:\n  url: sqlite:///{tmp_path}/mq.db\n")
+    profile = tmp_path / "drain.prof"
+    result = subprocess.run(
+        [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "mq_cli",
+         "--config", str(tmp_path / "mq.yaml"), "stats", "--json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    json.loads(result.stdout)  # the command's output, whole
+    functions = pstats.Stats(str(profile)).stats  # type: ignore[attr-defined]
+    assert any(name == "main" and "mq_cli" in path for path, _, name in functions)

@@ -24,10 +24,12 @@ def main() -> None:
         cli(prog_name="mq")
     except SystemExit as done:
         code = done.code
-        if not isinstance(code, int) or _threads_left():
+        if not isinstance(code, int) or _plain_exit_needed():
             raise
     else:
         code = 0
+        if _plain_exit_needed():
+            return
     # Done: what the command opened is closed (State.close), its children reaped.
     # Python's teardown of every module would take ~30 ms more on each cron run
     # with psycopg loaded; the output is flushed first, and a flush that fails
@@ -40,6 +42,10 @@ def main() -> None:
     os._exit(code)
 
 
-def _threads_left() -> bool:
-    """A thread Python's exit would wait for (mq starts none: a library might)."""
+def _plain_exit_needed() -> bool:
+    """What Python's own exit does that os._exit would skip: write a profiler's or a
+    tracer's results (python -m cProfile, coverage), or wait for a non-daemon thread
+    (mq starts none: a library might)."""
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        return True
     return any(not t.daemon for t in threading.enumerate() if t is not threading.main_thread())
