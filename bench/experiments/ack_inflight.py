@@ -31,16 +31,10 @@ import time
 
 import psycopg
 from psycopg import pq
+from standin import work, work_line
 
 DATABASE = "mqbench_inflight"
 DELETE = "DELETE FROM ack_inflight WHERE id = {a} AND owner = {b}"
-
-
-def work(rounds: int) -> int:
-    total = 0
-    for i in range(rounds):
-        total += i
-    return total
 
 
 def psycopg_loop(conn: psycopg.Connection, ids: range, rounds: int) -> None:
@@ -137,11 +131,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--url", default="postgresql://postgres@127.0.0.1:5432/postgres")
     args = parser.parse_args()
-    started = time.perf_counter()
-    for _ in range(1000):
-        work(args.work)
-    per_work = (time.perf_counter() - started) / 1000 * 1e6
-    print(f"Python work per message: {per_work:.0f} µs; load {os.getloadavg()[0]:.1f}")
+    print(work_line(args.work))
     for round_ in range(1, args.rounds + 1):
         for procs in (int(p) for p in args.procs.split(",")):
             cells = [

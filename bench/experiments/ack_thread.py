@@ -35,14 +35,9 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+from standin import work, work_line
+
 DELETE = "DELETE FROM ack_thread WHERE id = {m} AND owner = {m}"
-
-
-def work(rounds: int) -> int:
-    total = 0
-    for i in range(rounds):
-        total += i
-    return total
 
 
 def sqlite_table(path: str, n: int) -> tuple[Any, str]:
@@ -135,11 +130,7 @@ def main() -> None:
     parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    started = time.perf_counter()
-    for _ in range(args.messages):
-        work(args.work)
-    per_work = (time.perf_counter() - started) / args.messages * 1e6
-    print(f"Python work before each DELETE: {per_work:.0f} µs; load {os.getloadavg()[0]:.1f}")
+    print(work_line(args.work, "Python work before each DELETE"))
     with tempfile.TemporaryDirectory() as tmp:
         tables: dict[str, Callable[[int], tuple[Any, str]]] = {
             "SQLite": lambda n: sqlite_table(os.path.join(tmp, "ack.db"), n),

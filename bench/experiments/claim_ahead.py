@@ -37,19 +37,14 @@ from psycopg import pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from standin import work, work_line  # noqa: E402
+
 from mq_cli.backends.postgres.dialect import queries  # noqa: E402
 from mq_cli.backends.postgres.inflight import dollar_params  # noqa: E402
 
 DATABASE = "mqbench_claim_ahead"
 OWNER = "ahead"
 BATCH = 100
-
-
-def work(rounds: int) -> int:
-    total = 0
-    for i in range(rounds):
-        total += i
-    return total
 
 
 def in_turn(conn: psycopg.Connection, sql: str, rounds: int) -> int:
@@ -174,11 +169,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--url", default="postgresql://postgres@127.0.0.1:5432/postgres")
     args = parser.parse_args()
-    started = time.perf_counter()
-    for _ in range(1000):
-        work(args.work)
-    per_work = (time.perf_counter() - started) / 1000 * 1e6
-    print(f"Python work per message: {per_work:.1f} µs; load {os.getloadavg()[0]:.1f}")
+    print(work_line(args.work))
     for round_ in range(1, args.rounds + 1):
         cells = [
             f"{mode} {measure(args.url, mode, args.messages, args.work):,.0f} msg/s"

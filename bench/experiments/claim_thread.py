@@ -36,10 +36,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]  # floor.py; ack_thread.py is beside us
+sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]  # floor.py (standin.py is beside us)
 
 import floor  # noqa: E402
-from ack_thread import work  # noqa: E402  (the same stand-in for a drain's Python)
+from standin import work, work_line  # noqa: E402
 
 QUEUE = "claim_thread"
 BATCH = 100
@@ -117,12 +117,7 @@ def main() -> None:
     mq = [sys.executable, "-m", "mq_cli", "--database", args.url, "init"]
     subprocess.run(mq, check=True, cwd=ROOT, capture_output=True)
     db = floor.Db(args.url)
-    started = time.perf_counter()
-    work(args.work * 1000)
-    per_message = (time.perf_counter() - started) / 1000 * 1e6
-    print(
-        f"Python work per message {per_message:.1f} µs, switch interval {sys.getswitchinterval()}"
-    )
+    print(f"{work_line(args.work)}; switch interval {sys.getswitchinterval()}")
     for round_ in range(1, args.rounds + 1):
         fill(db, args.messages)
         one = in_turn(db, args.work)
