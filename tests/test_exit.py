@@ -68,3 +68,31 @@ def test_a_profiled_run_still_writes_its_profile(tmp_path):
     json.loads(result.stdout)  # the command's output, whole
     functions = pstats.Stats(str(profile)).stats  # type: ignore[attr-defined]
     assert any(name == "main" and "mq_cli" in path for path, _, name in functions)
+
+
+def test_a_closed_stdout_loses_only_what_would_be_printed(tmp_path):
+    """`mq enqueue ... >&-` (a crontab line that closes stdout): the message is
+    stored and the command succeeds; the ids had nowhere to go."""
+    (tmp_path / "mq.yaml").write_text(
+        f"database:\n  url: sqlite:///{tmp_path}/mq.db\n"
+        "queues:\n  jobs: {handler: 'tests.jobs:noop'}\n"
+    )
+    config = str(tmp_path / "mq.yaml")
+
+    def closed_stdout(*args: str) -> None:
+        closed = subprocess.run(
+            ["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m", "mq_cli", "--config",
+             config, *args],
+            capture_output=True, text=True, timeout=60,
+            cwd=Path(__file__).resolve().parents[1],
+        )  # fmt: skip
+        assert closed.returncode == 0, closed.stderr
+        assert "error" not in closed.stderr and "Traceback" not in closed.stderr
+
+    def ready() -> int:
+        return int(json.loads(mq(tmp_path, "stats", "--json").stdout)["jobs"]["ready"])
+
+    closed_stdout("enqueue", "-q", "jobs", '{"n": 1}')
+    assert ready() == 1
+    closed_stdout("drain", "-q", "jobs", "--json")
+    assert ready() == 0

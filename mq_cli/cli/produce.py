@@ -139,7 +139,7 @@ def _print_ids(ids: list[int | None], silent: bool) -> None:
     if silent:
         return
     text = "".join(f"{i}\n" for i in ids if i is not None)
-    if text:
+    if text and sys.stdout is not None:  # stdout closed (`>&-`): stored, nowhere to say so
         sys.stdout.write(text)
         sys.stdout.flush()
 
