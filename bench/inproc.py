@@ -37,9 +37,12 @@ def _one_at_a_time() -> type:
     # mq's own base gives run_many (what the drain calls) from run; older snapshots
     # of mq_cli (--code REV) have no such class and call run directly.
     try:
-        from mq_cli.runners.handlers import OneAtATime
+        from mq_cli.runners.runner import OneAtATime
     except ImportError:
-        return object
+        try:
+            from mq_cli.runners.handlers import OneAtATime  # before the split (issue 38)
+        except ImportError:
+            return object
     return OneAtATime
 
 

@@ -6,7 +6,9 @@ and exits with ``error.exit_code``. Messages never contain a password.
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # not typing's: the handler's child imports this module at start
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class MqError(Exception):

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+
+TYPE_CHECKING = False  # not typing's: the handler's child imports this module at start
+if TYPE_CHECKING:
+    from typing import Any
 
 from mq_cli.core.errors import ConfigError, InputRejected
 

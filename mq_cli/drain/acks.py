@@ -22,6 +22,7 @@ from mq_cli.drain.report import DrainOptions, DrainReport
 from mq_cli.drain.runlog import RunLog
 from mq_cli.drain.session import DrainSession
 from mq_cli.runners import handlers
+from mq_cli.runners.runner import Runner
 
 log = logging.getLogger("mq")
 
@@ -69,7 +70,7 @@ class Acknowledger:
         self,
         queue: QueueConfig,
         batch: list[Message],
-        runner: handlers.Runner,
+        runner: Runner,
         results: Any,
     ) -> None:
         """The database failed mid-batch: start nothing more, and find out what started.

@@ -18,7 +18,8 @@ from mq_cli.core.durations import format_duration
 from mq_cli.core.errors import DatabaseError, SessionLost
 from mq_cli.drain import clock, watchdog
 from mq_cli.drain.session import DrainSession, TakenForDead
-from mq_cli.runners import guard, handlers
+from mq_cli.runners import guard
+from mq_cli.runners.runner import Runner
 
 log = logging.getLogger("mq")
 
@@ -31,7 +32,7 @@ class Lease:
         self,
         config: Config,
         session: DrainSession,
-        runner: Callable[[], handlers.Runner | None],
+        runner: Callable[[], Runner | None],
     ) -> None:
         self.config = config
         self.session = session

@@ -31,7 +31,8 @@ from mq_cli.drain.report import DrainOptions, DrainReport
 from mq_cli.drain.runlog import RunLog
 from mq_cli.drain.running import BatchRunner
 from mq_cli.drain.session import DatabaseAway, DrainSession, WaitInterrupted
-from mq_cli.runners import handlers, make_runner
+from mq_cli.runners import make_runner
+from mq_cli.runners.runner import Runner
 
 log = logging.getLogger("mq")
 
@@ -46,7 +47,7 @@ class Drain:
         self.options = options
         self.report = DrainReport()
         self.session = session = DrainSession(config, backend, options)
-        self.runner: handlers.Runner | None = None  # the queue's, while it is drained
+        self.runner: Runner | None = None  # the queue's, while it is drained
         self.runlog = RunLog(config, lambda: session.backend, lambda: session.owner, self.report)
         self.lease = Lease(config, session, lambda: self.runner)
         self.acks = Acknowledger(session, self.lease, options, self.report, self.runlog)

@@ -26,6 +26,7 @@ from mq_cli.drain.report import DrainReport
 from mq_cli.drain.runlog import RunLog
 from mq_cli.drain.session import DrainSession
 from mq_cli.runners import handlers
+from mq_cli.runners.runner import Runner
 
 log = logging.getLogger("mq")
 
@@ -61,7 +62,7 @@ class BatchRunner:
         self,
         queue: QueueConfig,
         batch: list[Message],
-        runner: handlers.Runner,
+        runner: Runner,
         may_claim_ahead: Callable[[], bool] = lambda: False,
     ) -> None:
         """Run ``batch``, and where ``may_claim_ahead()`` (group_ack on PostgreSQL),

@@ -1,5 +1,6 @@
 """Running handlers: the Python handler's child process and its frame protocol
-(python.py, child.py), ``exec:`` programs (programs.py), handler paths (handlers.py)
+(python.py, child.py), ``exec:`` programs (programs.py), what a runner does (runner.py),
+what a handler is given (handlers.py), handler paths (paths.py)
 and the guard that stops a handler its drain can no longer stop (guard.py).
 """
 
@@ -7,8 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mq_cli.runners.handlers import FORMATS, Runner
+from mq_cli.runners.handlers import FORMATS
 from mq_cli.runners.paths import _split_path, is_exec
+
+TYPE_CHECKING = False  # not typing's: the handler's child imports this package at start
+if TYPE_CHECKING:
+    from mq_cli.runners.runner import Runner
 
 
 def make_runner(path: str, fmt: str, hide: Sequence[str] = ()) -> Runner:

@@ -33,7 +33,6 @@ its handler started) if the drain dies while a handler runs.
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import os
@@ -43,7 +42,7 @@ import struct
 import sys
 import threading
 import time
-import traceback
+import types
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
@@ -183,6 +182,8 @@ def _read_frame(fd: int, buffer: FrameBuffer) -> tuple[dict[str, object] | None,
 def _describe(exc: BaseException) -> str:
     try:
         # Skip our own frame: the operator wants the handler's lines only.
+        import traceback  # a failure's cost, not every child's start
+
         tb = exc.__traceback__.tb_next if exc.__traceback__ else None
         text = "".join(traceback.format_exception(type(exc), exc, tb))
     except Exception:  # an exception whose __str__ fails must not kill the worker
@@ -247,7 +248,7 @@ def _run_one(handler: object, fmt: str, info: MessageInfo, body: bytes) -> str |
     _set_current(info)
     try:
         result = handler(value)  # type: ignore[operator]
-        if inspect.iscoroutine(result):
+        if isinstance(result, types.CoroutineType):  # what inspect.iscoroutine() checks
             # An `async def` handler: not awaiting it would count as a success
             # while its work never ran.
             import asyncio

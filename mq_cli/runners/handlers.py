@@ -1,21 +1,24 @@
-"""Running a queue's handler on one message at a time: what a run returns
-(:class:`Outcome`), the :class:`Runner` protocol, the handler's environment and
-its time limit (:class:`Pacer`). Finding a handler from its path is
-:mod:`mq_cli.runners.paths`.
+"""What a handler is given and what its run returns: :class:`MessageInfo`,
+:class:`Outcome`, the handler's environment and its time limit (:class:`Pacer`).
+The :class:`~mq_cli.runners.runner.Runner` protocol is :mod:`mq_cli.runners.runner`;
+finding a handler from its path is :mod:`mq_cli.runners.paths`.
 
 Python handlers run in a long-lived child process (:mod:`mq_cli.runners.python`),
 so a timeout can always stop them. Inside one, :func:`current_message` tells
 the handler which message it is working on.
+
+The handler's child imports this module at every start, before it can run a
+message, so it stays light: no ``typing``, no ``dataclasses`` (which imports
+``inspect``: together ~10 ms of every drain that runs a Python handler). The
+two records below are written out by hand for that reason.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Protocol
 
 ERROR_LIMIT = 4000
 """Longest ``Outcome.error`` (and so ``last_error``) in characters."""
@@ -23,25 +26,88 @@ ERROR_LIMIT = 4000
 FORMATS = ("json", "text", "bytes")
 
 
-@dataclass(frozen=True)
 class MessageInfo:
-    """What a handler may learn about the message it is running."""
+    """What a handler may learn about the message it is running (read-only)."""
+
+    __slots__ = __match_args__ = ("id", "queue", "error_count", "created_at")
 
     id: int
     queue: str
     error_count: int  # failures so far: 0 on the first try
     created_at: datetime  # timezone-aware UTC
 
+    def __init__(self, id: int, queue: str, error_count: int, created_at: datetime) -> None:
+        set_field = object.__setattr__
+        set_field(self, "id", id)
+        set_field(self, "queue", queue)
+        set_field(self, "error_count", error_count)
+        set_field(self, "created_at", created_at)
 
-@dataclass(slots=True)  # not frozen: made once per message, and frozen costs ~1 µs each
+    def _fields(self) -> tuple[int, str, int, datetime]:
+        return self.id, self.queue, self.error_count, self.created_at
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}: MessageInfo is read-only")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r}: MessageInfo is read-only")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, MessageInfo)
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"MessageInfo(id={self.id!r}, queue={self.queue!r}, "
+            f"error_count={self.error_count!r}, created_at={self.created_at!r})"
+        )
+
+    def __reduce__(self) -> tuple[type[MessageInfo], tuple[int, str, int, datetime]]:
+        return MessageInfo, self._fields()
+
+
 class Outcome:
     """How one run of a handler ended."""
 
-    ok: bool
-    error: str | None = None  # at most ERROR_LIMIT characters, the end of long text
-    timed_out: bool = False
-    started: bool = True  # False: the handler never ran on it (stopping, no longer held)
-    seconds: float | None = field(default=None, compare=False)  # the handler's run time
+    __slots__ = __match_args__ = ("ok", "error", "timed_out", "started", "seconds")
+
+    def __init__(
+        self,
+        ok: bool,
+        error: str | None = None,  # at most ERROR_LIMIT characters, the end of long text
+        timed_out: bool = False,
+        started: bool = True,  # False: the handler never ran on it (stopping, no longer held)
+        seconds: float | None = None,  # the handler's run time; not compared
+    ) -> None:
+        self.ok = ok
+        self.error = error
+        self.timed_out = timed_out
+        self.started = started
+        self.seconds = seconds
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Outcome)
+        return (self.ok, self.error, self.timed_out, self.started) == (
+            other.ok,
+            other.error,
+            other.timed_out,
+            other.started,
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+    def __repr__(self) -> str:
+        return (
+            f"Outcome(ok={self.ok!r}, error={self.error!r}, timed_out={self.timed_out!r}, "
+            f"started={self.started!r}, seconds={self.seconds!r})"
+        )
 
 
 NOT_STARTED = Outcome(ok=False, started=False)
@@ -88,107 +154,6 @@ def _set_current(info: MessageInfo | None) -> None:
 
 Job = tuple[bytes, MessageInfo]
 """A payload and what its handler may learn about it (:func:`current_message`)."""
-
-
-class Runner(Protocol):
-    """Runs one handler on messages, one at a time; made by :func:`make_runner`."""
-
-    def start(self) -> None:
-        """Get ready to run; HandlerNotFound if the handler cannot be loaded."""
-
-    def run(
-        self,
-        payload: bytes,
-        info: MessageInfo,
-        timeout: float | None,
-        tick: Callable[[], None],
-        tick_every: float,
-    ) -> Outcome:
-        """Run the handler on one payload; ``tick()`` is called at least every ``tick_every`` s."""
-        ...
-
-    def run_many(
-        self,
-        jobs: Sequence[Job],
-        admit: Callable[[int], bool],
-        timeout: float | None,
-        tick: Callable[[], None],
-        tick_every: float,
-        not_after: Callable[[], float | None] | None = None,
-        ending_soon: Callable[[], None] | None = None,
-        more: Callable[[], int] | None = None,
-    ) -> Generator[tuple[int, Outcome], None, None]:
-        """Run the handler on each job; yield (index, outcome) as each one ends.
-
-        A job starts only if ``admit(index)`` says so just before, and not after
-        the ``time.monotonic()`` that ``not_after()`` gave when it was handed
-        over (the drain's deadline, and how long its claim is safe from gc);
-        one that does not start is yielded with :data:`NOT_STARTED`. Every job
-        is yielded exactly once.
-
-        A runner that hands jobs over ahead calls ``ending_soon()`` once the jobs
-        not yet ended should end within a few milliseconds at its handlers' recent
-        pace (AHEAD_WITHIN), and ``more()`` once every job has been yielded:
-        ``more`` appends jobs to ``jobs`` (a list then) and says how many, 0 to
-        end; then ``ending_soon()`` may come again. One that runs a job at a time
-        calls neither.
-        """
-        ...
-
-    def stop(self) -> None:
-        """Start no further job; the running one finishes. Safe from a signal handler."""
-
-    def close(self) -> None:
-        """Stop gracefully (nothing is running between messages)."""
-
-    def kill(self) -> None:
-        """SIGKILL whatever runs now; safe to call from a signal handler."""
-
-
-class OneAtATime:
-    """``run_many`` for a runner that can only ``run`` one message after another."""
-
-    _stopped = False
-
-    def run(
-        self,
-        payload: bytes,
-        info: MessageInfo,
-        timeout: float | None,
-        tick: Callable[[], None],
-        tick_every: float,
-    ) -> Outcome:
-        raise NotImplementedError
-
-    def run_many(
-        self,
-        jobs: Sequence[Job],
-        admit: Callable[[int], bool],
-        timeout: float | None,
-        tick: Callable[[], None],
-        tick_every: float,
-        not_after: Callable[[], float | None] | None = None,
-        ending_soon: Callable[[], None] | None = None,
-        more: Callable[[], int] | None = None,
-    ) -> Generator[tuple[int, Outcome], None, None]:
-        self._stopped = False
-        for index, (payload, info) in enumerate(jobs):
-            # admit() first: it may renew what not_after() gives (a heartbeat).
-            if self._stopped or not admit(index):
-                yield index, NOT_STARTED
-                continue
-            limit = not_after() if not_after is not None else None
-            if limit is not None and time.monotonic() >= limit:
-                yield index, NOT_STARTED
-                continue
-            started = time.monotonic()
-            outcome = self.run(payload, info, timeout, tick, tick_every)
-            if outcome.seconds is None:
-                outcome = replace(outcome, seconds=time.monotonic() - started)
-            yield index, outcome
-
-    def stop(self) -> None:
-        self._stopped = True
 
 
 def handler_environ(hide: Sequence[str] = ()) -> dict[str, str]:

@@ -24,7 +24,6 @@ from mq_cli.runners import fence
 from mq_cli.runners.handlers import (
     ERROR_LIMIT,
     MessageInfo,
-    OneAtATime,
     Outcome,
     Pacer,
     bounded,
@@ -33,6 +32,7 @@ from mq_cli.runners.handlers import (
 from mq_cli.runners.output import Tail
 from mq_cli.runners.paths import exec_argv
 from mq_cli.runners.process import death, kill_group, kill_handler
+from mq_cli.runners.runner import OneAtATime
 
 READ_CHUNK = 1 << 16
 # While the program's pipes are open we cannot tell it exited if something it
