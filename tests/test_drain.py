@@ -322,16 +322,18 @@ def test_group_ack_deletes_a_batch_in_one_statement(db, ran, tmp_path):
 def test_group_ack_deletes_a_batch_with_the_next_claim(db, ran, tmp_path, monkeypatch):
     """A batch's last group goes with the next claim (one commit on PostgreSQL);
     a drain that stops after a batch (--max-messages) deletes it on its own."""
+    from mq_cli.backends.mysql import MysqlBackend
     from mq_cli.backends.postgres import PostgresBackend
     from mq_cli.backends.sqlcore import SqlBackend
 
     calls: list[int] = []
-    # claim_ahead_send: PostgreSQL sends the next claim while a batch runs (no
-    # --max-messages), with the successes so far.
+    # claim_ahead_send: PostgreSQL and MariaDB send the next claim while a batch runs
+    # (no --max-messages), with the successes so far.
     for cls, name in (
         (PostgresBackend, "claim_acking"),
         (SqlBackend, "claim_acking"),
         (PostgresBackend, "claim_ahead_send"),
+        (MysqlBackend, "claim_ahead_send"),
     ):
         original = getattr(cls, name)
 
@@ -354,7 +356,7 @@ def test_group_ack_deletes_a_batch_with_the_next_claim(db, ran, tmp_path, monkey
     result = db.run("drain", "-q", "jobs", "--json")
     assert json.loads(result.stdout)["succeeded"] == 10
     # Its claims deleted the group: the last, which found nothing, and on PostgreSQL
-    # the one it sent ahead while the batch ran, with the successes so far.
+    # and MariaDB the one it sent ahead while the batch ran, with the successes so far.
     assert calls[:2] == [10, 10] and sum(calls[2:]) == 10, calls
     assert len(calls) >= 3, calls
     assert rows(db, "jobs") == [] and len(ran()) == 35

@@ -126,6 +126,10 @@ class Backend(ABC):
         """What the claim sent ahead deleted and took; ClaimUnknown if it was lost."""
         raise NotImplementedError
 
+    def claim_ahead_settle(self) -> None:  # noqa: B027 - a no-op where nothing waits to be read
+        """Read the claim sent ahead now, for claim_ahead_collect (MariaDB: its
+        transaction ends; it holds the rows it selected until then)."""
+
     @abstractmethod
     def ack_failure(
         self, message: Message, owner: str, error: str, retry_in: float, failed: bool

@@ -97,8 +97,10 @@ def select_and_mark(
     queue: str,
     limit: int,
     owner: str,
+    selected: list[Any] | None = None,
 ) -> list[Any]:
-    """Select and mark, two statements in one transaction.
+    """Select and mark, two statements in one transaction (``selected``: the rows
+    its first select gave, read already: a claim sent ahead, mysql/ahead.py).
 
     The mark is guarded (only rows still ready and free), and only the rows
     it changed are returned: its row count says how many, and only when that
@@ -107,7 +109,8 @@ def select_and_mark(
     what other claims committed meanwhile: READ COMMITTED, or SQLite's lock).
     """
     for _ in range(RACE_TRIES):
-        rows = tx.rows(select, (queue, limit))
+        rows = tx.rows(select, (queue, limit)) if selected is None else selected
+        selected = None
         if not rows:
             return rows
         ids = [row[0] for row in rows]

@@ -192,11 +192,11 @@ QUEUE_KEY_TABLE: tuple[Key, ...] = (
         "message — several times faster on MariaDB (one log flush per group); the group is "
         "committed at the end of the batch, with the next claim (one commit for both; on "
         "PostgreSQL one statement), or as soon as its oldest success has waited `ack_delay`, "
-        "so a slow handler never holds back the results before it; on PostgreSQL, while quick "
-        "handlers run a batch, the next claim is already on its way (a drain then holds the "
-        "next batch too, not started); the trade-off: if the drain dies, the successes not yet "
-        "committed run again (at most `batch_size`, twice that on PostgreSQL, at most "
-        "`ack_delay` old)",
+        "so a slow handler never holds back the results before it; on PostgreSQL and MariaDB, "
+        "while quick handlers run a batch, the next claim is already on its way (a drain then "
+        "holds the next batch too, not started); the trade-off: if the drain dies, the "
+        "successes not yet committed run again (at most `batch_size`, twice that on "
+        "PostgreSQL and MariaDB, at most `ack_delay` old)",
         _bool,
     ),
     Key(

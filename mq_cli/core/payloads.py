@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from mq_cli.core.errors import ConfigError, InputRejected
+
 TYPE_CHECKING = False  # not typing's: the handler's child imports this module at start
 if TYPE_CHECKING:
     from typing import Any
-
-from mq_cli.core.errors import ConfigError, InputRejected
 
 FORMATS = ("json", "text", "bytes")
 TOO_DEEP = "too deeply nested (JSON arrays and objects in each other ~1,000 levels deep)"

@@ -43,6 +43,7 @@ class Claimer:
         #: a claim sent ahead and not read yet: (its group's ids, the owner, the size,
         #: whether the connection broke while it was sent: it may have run or not)
         self.ahead: tuple[list[int], str, int, bool] | None = None
+        self.sent_at = 0.0  # when it went (time.monotonic())
         self._cannot_ahead = False  # the database said it cannot (MariaDB, SQLite)
         session.on_let_go.append(self._forget_ahead)
 
@@ -114,9 +115,17 @@ class Claimer:
             self._cannot_ahead = True  # not asked again at every batch
             return False
         self.ahead = (grouped, owner, size, tries > 1)
+        self.sent_at = time.monotonic()
         # Deleted by that claim: neither a tick's DELETE nor the next claim has them.
         session.done = []
         return True
+
+    def settle_ahead(self, older_than: float) -> None:
+        """Read the claim sent ahead if it went over ``older_than`` s ago: a handler
+        outlasted the estimate that sent it (MariaDB: the claim's transaction is open
+        until then)."""
+        if self.ahead is not None and time.monotonic() - self.sent_at >= older_than:
+            self.session.db(lambda b: b.claim_ahead_settle())
 
     def collect_ahead(self, queue: QueueConfig) -> list[Message]:
         """The batch the claim sent ahead took, once the batch before it is recorded."""

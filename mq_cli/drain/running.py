@@ -65,8 +65,8 @@ class BatchRunner:
         runner: Runner,
         may_claim_ahead: Callable[[], bool] = lambda: False,
     ) -> None:
-        """Run ``batch``, and where ``may_claim_ahead()`` (group_ack on PostgreSQL),
-        the batches claimed while the one before runs (claimer.send_ahead)."""
+        """Run ``batch``, and where ``may_claim_ahead()`` (group_ack on PostgreSQL and
+        MariaDB), the batches claimed while the one before runs (claimer.send_ahead)."""
         session, lease, acks, claimer = self.session, self.lease, self.acks, self.claimer
         # At least once a second: the run log learns which message runs for long.
         tick_every = max(min(queue.stalled_after / 3, 1.0), 0.05)
@@ -87,6 +87,7 @@ class BatchRunner:
             # A success sent while the next handler runs long: its result is read
             # (and logged) now, not when that handler ends.
             acks.finish_in_flight(older_than=IN_FLIGHT_READ_AFTER)
+            claimer.settle_ahead(older_than=IN_FLIGHT_READ_AFTER)
             if time.monotonic() - lease.last_beat >= beat_every:
                 lease.heartbeat()
             elif fenced and time.monotonic() - session.last_proof >= liveness.PROBE_EVERY:

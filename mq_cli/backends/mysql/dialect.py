@@ -14,7 +14,7 @@ from mq_cli.backends.dialects import Dialect, LazyDriver, OpenOptions, register
 from mq_cli.backends.engines import mysql_engine
 from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
 from mq_cli.backends.liveness import lock_name
-from mq_cli.backends.mysql import errors
+from mq_cli.backends.mysql import ahead, errors
 from mq_cli.backends.mysql import url as mysql_url
 from mq_cli.backends.mysql.errors import (
     ER_DUP_ENTRY,
@@ -85,7 +85,8 @@ class MysqlBackend(SqlBackend):
         self.retries = RETRIES
         self.driver_errors = (pymysql.MySQLError, OSError)
         self._acks = AckInFlight(self.driver_errors, splits_queries(pymysql.connections.Connection))
-        self._in_flight = (self._acks,)  # read before the connection is used (conn)
+        self._ahead = ahead.ClaimInFlight(self.driver_errors, self._acks.usable)
+        self._in_flight = (self._acks, self._ahead)  # read before the connection is used
         self.conn = self._connect()
         if create and self.schema_version() is None:
             self.init_schema()
@@ -271,6 +272,11 @@ class MysqlBackend(SqlBackend):
 
     ack_success_send = inflight.ack_success_send
     ack_success_collect = inflight.ack_success_collect
+    claim_ahead_send = ahead.claim_ahead_send
+    claim_ahead_collect = ahead.claim_ahead_collect
+
+    def claim_ahead_settle(self) -> None:
+        self.conn  # noqa: B018 - reading conn reads what is in flight on it
 
     def explain_claim(self, queue: str, limit: int) -> list[str]:
         with self._errors(), self.conn.cursor(pymysql.cursors.DictCursor) as cursor:
