@@ -80,13 +80,18 @@ def scenario(db: Db, urls: list[str], tmp_path: Path, **queues: dict) -> Scenari
 
 
 def test_drains_on_every_node_run_each_message_once(galera_db, tmp_path):
+    """Queue g: a DELETE per success; queue ga: group_ack, whose claims go ahead (the
+    group's DELETE and the claim's SELECT in flight while the batch ends), on each node."""
     db, urls = galera_db
-    s = scenario(db, urls, tmp_path)
+    s = scenario(db, urls, tmp_path, g={}, ga={"group_ack": True})
     for _ in range(10):
         s.enqueue("g", 1000)
+    for _ in range(3):
+        s.enqueue("ga", 1000)
     for number in (1, 2, 3):
         for _ in range(2):
             s.fleet.start("g", "--batch-size", "20", host=f"node{number}")
+        s.fleet.start("ga", "--batch-size", "50", host=f"node{number}", options=("-vv",))
     stuck = s.fleet.wait(300)
     assert not stuck, "drains still running after 300 s"
     analysis = s.analyse()
@@ -94,7 +99,9 @@ def test_drains_on_every_node_run_each_message_once(galera_db, tmp_path):
     assert s.fleet.problems() == []  # every drain exit 0: no 1213 reached a user
     assert analysis.violations == []
     assert analysis.duplicates == 0
-    assert analysis.successes == 10_000
+    assert analysis.successes == 13_000
+    grouped = [d.stderr() for d in s.fleet.drains if d.queue == "ga"]
+    assert any("message(s) ahead" in err for err in grouped), grouped
     assert db.sql("SELECT COUNT(*) FROM mq_messages") == [(0,)]
     ran_on = {d.host for d in s.fleet.drains}
     assert ran_on == {"node1", "node2", "node3"}
