@@ -202,22 +202,23 @@ def test_message_info_is_read_only_and_compared_by_value():
     assert Outcome(ok=False, error="x") != Outcome(ok=False, error="y")
 
 
-def test_the_handlers_child_starts_without_heavy_imports():
-    # The child starts with every drain that runs a Python handler, before its first
-    # message: typing, dataclasses and inspect cost it ~15 ms and it needs none of them.
-    code = (
-        "import sys; from mq_cli.runners.child import main; "
-        "from mq_cli.runners.paths import load; load('tests.jobs:noop'); "
-        "print(' '.join(sorted({'typing', 'dataclasses', 'inspect', 'shutil', 'traceback'} "
-        "& set(sys.modules))))"
+def test_the_handlers_child_and_guard_start_without_heavy_imports():
+    # Both start with every drain that runs a handler, before its first message:
+    # typing, dataclasses and inspect cost the child ~15 ms; subprocess and secrets
+    # (the drain's side of guard.py and fence.py) the guard ~7 ms. Neither needs them.
+    heavy = "{'typing', 'dataclasses', 'inspect', 'shutil', 'traceback', 'subprocess', 'secrets'}"
+    report = f"print(' '.join(sorted({heavy} & set(sys.modules))))"
+    child = (
+        f"import sys; sys.path.insert(0, {REPO!r}); from mq_cli.runners.child import main; "
+        f"from mq_cli.runners.paths import load; load('tests.jobs:noop'); {report}"
     )
-    out = subprocess.run(
-        [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {REPO!r}); {code}"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert (out.returncode, out.stderr, out.stdout.strip()) == (0, "", "")
+    # The guard runs as a script (python -I -S guard.py): its module and fence.py only.
+    guard = f"import sys; sys.path.append({REPO + '/mq_cli/runners'!r}); import guard; {report}"
+    for flags, code in ((["-I"], child), (["-I", "-S"], guard)):
+        out = subprocess.run(
+            [sys.executable, *flags, "-c", code], capture_output=True, text=True, timeout=60
+        )
+        assert (out.returncode, out.stderr, out.stdout.strip()) == (0, "", ""), code
 
 
 def test_module_in_the_working_directory(make, tmp_path):

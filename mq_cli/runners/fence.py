@@ -19,7 +19,6 @@ Standard library only: the guard (guard.py), run as a script, imports it.
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import time
 from collections.abc import Collection
@@ -37,6 +36,8 @@ def token() -> str:
     global _token
     pid = os.getpid()
     if _token is None or _token[0] != pid:
+        import secrets  # the drain's side only: the guard process imports this module too
+
         _token = (pid, f"{pid}x{secrets.token_hex(6)}")
     return _token[1]
 

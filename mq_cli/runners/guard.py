@@ -31,10 +31,13 @@ import math
 import os
 import signal
 import struct
-import subprocess
 import sys
 import threading
 import time
+
+TYPE_CHECKING = False  # not typing's: the guard process imports only what it runs
+if TYPE_CHECKING:
+    import subprocess
 
 if __package__:
     from mq_cli.runners import fence
@@ -139,7 +142,9 @@ class Guard:
             os.close(self._wfd)  # EOF: it exits (disarmed: killing nothing)
             os.close(self._rfd)
             self._wfd = self._rfd = -1
-            from mq_cli.runners.process import wait_exited  # the drain's side only
+            import subprocess  # the drain's side only, as below
+
+            from mq_cli.runners.process import wait_exited
 
             try:
                 wait_exited(self._proc, 5.0)
@@ -161,6 +166,8 @@ class Guard:
     def _start(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             return
+        import subprocess  # the drain's side only: the guard process never needs it
+
         self._forget()
         lease_r, lease_w = os.pipe()
         report_r, report_w = os.pipe()
