@@ -27,18 +27,15 @@ Its database (the URL's) is created if missing; its table mq_messages is made by
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]  # floor.py (our neighbours are beside us)
 
-import floor  # noqa: E402
-from claim_thread import BATCH, claim, fill, in_turn  # noqa: E402
+from claim_thread import BATCH, claim, database, fill, in_turn  # noqa: E402
 from standin import work, work_line  # noqa: E402
 
 QUEUE = "claim_thread"  # fill() and claim() fill and claim this one
@@ -97,12 +94,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--url", default="mysql://root@127.0.0.1:3306/mqbench_claim_pipelined")
     args = parser.parse_args()
-    database = urlsplit(args.url).path.lstrip("/")
-    server = floor.Db(args.url.replace(f"/{database}", "/mysql"))
-    server.cur.execute(f"CREATE DATABASE IF NOT EXISTS `{database}`")
-    mq = [sys.executable, "-m", "mq_cli", "--database", args.url, "init"]
-    subprocess.run(mq, check=True, cwd=ROOT, capture_output=True)
-    db = floor.Db(args.url)
+    db = database(args.url)
     print(work_line(args.work))
     for round_ in range(1, args.rounds + 1):
         fill(db, args.messages)

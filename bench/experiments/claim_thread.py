@@ -101,6 +101,16 @@ def threaded(db: Any, rounds: int) -> float:
     return handled / (time.perf_counter() - started)
 
 
+def database(url: str) -> Any:
+    """The URL's database, created if missing, its table made by `mq init` if missing."""
+    name = urlsplit(url).path.lstrip("/")
+    server = floor.Db(url.replace(f"/{name}", "/mysql"))
+    server.cur.execute(f"CREATE DATABASE IF NOT EXISTS `{name}`")
+    mq = [sys.executable, "-m", "mq_cli", "--database", url, "init"]
+    subprocess.run(mq, check=True, cwd=ROOT, capture_output=True)
+    return floor.Db(url)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=20_000)
@@ -111,12 +121,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
-    database = urlsplit(args.url).path.lstrip("/")
-    server = floor.Db(args.url.replace(f"/{database}", "/mysql"))
-    server.cur.execute(f"CREATE DATABASE IF NOT EXISTS `{database}`")
-    mq = [sys.executable, "-m", "mq_cli", "--database", args.url, "init"]
-    subprocess.run(mq, check=True, cwd=ROOT, capture_output=True)
-    db = floor.Db(args.url)
+    db = database(args.url)
     print(f"{work_line(args.work)}; switch interval {sys.getswitchinterval()}")
     for round_ in range(1, args.rounds + 1):
         fill(db, args.messages)
