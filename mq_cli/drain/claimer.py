@@ -44,7 +44,7 @@ class Claimer:
         #: whether the connection broke while it was sent: it may have run or not)
         self.ahead: tuple[list[int], str, int, bool] | None = None
         self.sent_at = 0.0  # when it went (time.monotonic())
-        self._cannot_ahead = False  # the database said it cannot (MariaDB, SQLite)
+        self._cannot_ahead = False  # the database said it cannot (SQLite; an old PyMySQL)
         session.on_let_go.append(self._forget_ahead)
 
     def _forget_ahead(self) -> None:
