@@ -171,30 +171,40 @@ def test_a_handler_that_outlasts_the_estimate_leaves_no_claim_half_done(server, 
     Within a tick the claim is read and done: the next batch is marked this drain's
     and the group's successes are deleted (MariaDB: its transaction committed), not
     held in an open transaction while the handler runs."""
-    group_ack_config(tmp_path, "tests.jobs:sleepy", batch=20)
-    lines = "".join(json.dumps({"n": n, "sleep": 3 if n == 19 else 0}) + "\n" for n in range(40))
+    group_ack_config(tmp_path, "tests.jobs:wait_for_file", batch=20)
+    (tmp_path / "open").touch()
+    release = tmp_path / "release"
+    lines = "".join(
+        json.dumps({"n": n, "until": str(release if n == 19 else tmp_path / "open")}) + "\n"
+        for n in range(40)
+    )
     assert server.run("enqueue", "-q", "jobs", "--lines", input=lines).exit_code == 0
     log = tmp_path / "ran.jsonl"
     drain = server.spawn(
         "-vv", "drain", "-q", "jobs", "--json", env=server.env(MQ_TEST_LOG=str(log))
     )
     try:
-        wait_for(lambda: len(ran(log)) == 19, why=lambda: len(ran(log)))
 
-        def claimed_ahead_and_done() -> bool:
-            # Seen while message 19 sleeps (it logs when it ends): the next batch is
-            # marked (none ready) and the group sent with the claim is gone (< 40).
-            left = statuses(server)
-            return set(left) == {"processing"} and left["processing"] < 40 and len(ran(log)) == 19
+        def ended() -> list[int]:
+            return [r["payload"]["n"] for r in ran(log) if r["event"] == "end"]
 
-        wait_for(claimed_ahead_and_done, timeout=2.5, why=lambda: statuses(server))
+        # Messages 0-18 ended; 19 waits for its file. The claim went with some of
+        # them: the next batch is marked (none ready), that group is gone (< 40).
+        wait_for(lambda: len(ended()) == 19, why=lambda: ran(log))
+        wait_for(
+            lambda: set(left := statuses(server)) == {"processing"} and left["processing"] < 40,
+            why=lambda: statuses(server),
+        )
+        release.touch()
         out, err = drain.communicate(timeout=60)
     finally:
+        release.touch()
         drain.kill()
         drain.communicate()
     text = err.decode()
     assert drain.returncode == 0, text
     assert AHEAD in text and "Traceback" not in text, text
-    assert sorted(r["payload"]["n"] for r in ran(log)) == list(range(40))
+    assert sorted(ended()) == list(range(40))
+    assert len(ran(log)) == 80  # each started once and ended once
     assert json.loads(out)["succeeded"] == 40
     assert statuses(server) == {}
