@@ -236,6 +236,21 @@ def test_old_server_claim_path(mysql_db):
     assert sorted(taken) == ids
 
 
+def test_an_old_server_sends_no_claim_ahead(mysql_db):
+    """Without SKIP LOCKED a claim waits for other claims' locks: group_ack's claim is
+    not sent ahead there (its transaction would stay open while a batch ends)."""
+    assert mysql_db.run("init").exit_code == 0
+    with backend_for(mysql_db) as b:
+        ids = fill(b, "q", 20)
+        b.force_locking_claim = True
+        assert b.claim_ahead_send("q", 10, "w", []) is False
+        assert [m.id for m in b.claim("q", 10, "w")] == ids[:10]  # nothing left unread
+        b.force_locking_claim = False
+        assert b.claim_ahead_send("q", 10, "w", ids[:10]) is True
+        deleted, batch = b.claim_ahead_collect()
+        assert (deleted, [m.id for m in batch]) == (10, ids[10:])
+
+
 def test_claim_plan_follows_the_index(db):
     """With delayed, failed and processing rows around, the claim reads the index in order:
     no filesort / temp B-tree, so it locks only the rows it takes (FIELD-NOTES trap 1)."""

@@ -112,8 +112,10 @@ def _result(
 
 
 def claim_ahead_send(backend: Any, queue: str, limit: int, owner: str, done: Sequence[int]) -> bool:
-    """``Backend.claim_ahead_send``: sent, its rows read by claim_ahead_collect."""
-    if not backend._ahead.usable:
+    """``Backend.claim_ahead_send``: sent, its rows read by claim_ahead_collect; False
+    where the server has no SKIP LOCKED, whose claims wait for each other's locks:
+    a transaction held open while a batch ends would hold up every other drain."""
+    if not backend._ahead.usable or backend._claim_select() != "claim_select":
         return False
     promoted_now = backend._promote_due(queue)
     conn = backend.conn  # reads what an earlier statement left
