@@ -72,6 +72,17 @@ def unknown_if_lost(took: Sequence[object] | None) -> Iterator[None]:
         raise
 
 
+def topped_up(
+    db: Any, rows: list[Any], queue: str, limit: int, owner: str, promoted_now: bool
+) -> list[Any]:
+    """A claim's ``rows``, with more claimed once delayed messages that are due were
+    promoted, when it came back short and no promotion ran just before it."""
+    with unknown_if_lost(rows):  # those rows are held, unseen, if what follows is lost
+        if len(rows) < limit and not promoted_now and db.promote(queue):
+            rows += db._claim(queue, limit - len(rows), owner)
+    return rows
+
+
 def claim_in(
     transaction: Callable[[Callable[[Tx], T]], T],
     claim: Callable[[Tx], T],

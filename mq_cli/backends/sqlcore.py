@@ -309,10 +309,7 @@ class SqlBackend(Backend):
         # comes back short of it. ``first``: the first claim (claims.claim_acking).
         promoted_now = self._promote_due(queue)
         rows = first() if first is not None else self._claim(queue, limit, owner)
-        with unknown_if_lost(rows):  # those rows are held, unseen, if what follows is lost
-            if len(rows) < limit and not promoted_now and self.promote(queue):
-                rows += self._claim(queue, limit - len(rows), owner)
-        return rows
+        return claims.topped_up(self, rows, queue, limit, owner, promoted_now)
 
     def claim(self, queue: str, limit: int, owner: str) -> list[Message]:
         return self._messages_of(self._claim_promoting(queue, limit, owner), owner)

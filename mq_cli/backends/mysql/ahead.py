@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mq_cli.backends import inflight
-from mq_cli.backends.claims import select_and_mark, unknown_if_lost
-from mq_cli.backends.mysql.inflight import COM_QUERY
+from mq_cli.backends.claims import select_and_mark, topped_up
+from mq_cli.backends.mysql.inflight import COM_QUERY, START
 from mq_cli.backends.plumbing import Tx
 from mq_cli.core.errors import ClaimUnknown, ConnectionLost, Deadlock, MqError
 from mq_cli.core.models import Message
@@ -122,7 +122,7 @@ def claim_ahead_send(backend: Any, queue: str, limit: int, owner: str, done: Seq
     select = backend._sql[backend._claim_select()]
     with backend._errors():
         literal = conn.escape
-        statements = ["START TRANSACTION"]
+        statements = [START]
         if done:
             delete = backend._with_ids("ack_delete_many", done)
             statements.append(delete % tuple(map(literal, (*done, owner))))
@@ -144,8 +144,5 @@ def claim_ahead_collect(backend: Any) -> tuple[int, list[Message]]:
     if not isinstance(read, tuple):  # lost with its connection: it may have committed
         raise ClaimUnknown("the connection was lost before a claim's reply came")
     deleted, rows = read
-    with unknown_if_lost(rows):  # those rows are held, unseen, if what follows is lost
-        # What _claim_promoting does after a claim that came back short.
-        if len(rows) < limit and not promoted_now and backend.promote(queue):
-            rows += backend._claim(queue, limit - len(rows), owner)
+    rows = topped_up(backend, rows, queue, limit, owner, promoted_now)
     return deleted, backend._messages_of(rows, owner)

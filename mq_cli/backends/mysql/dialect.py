@@ -22,7 +22,7 @@ from mq_cli.backends.mysql.errors import (
     ER_UNKNOWN_SYSTEM_VARIABLE,
     error_code,
 )
-from mq_cli.backends.mysql.inflight import AckInFlight, splits_queries
+from mq_cli.backends.mysql.inflight import START, AckInFlight, splits_queries
 from mq_cli.backends.mysql.packet import escaped_size, max_payload, too_large_hint
 from mq_cli.backends.mysql.server import ServerInfo, session_options
 from mq_cli.backends.sqlcore import RETRIES, SqlBackend, Tx
@@ -137,10 +137,8 @@ class MysqlBackend(SqlBackend):
         return errors.wrap(exc, self.settings.describe(), self.table, connecting)
 
     def _begin(self) -> None:
-        # Not PyMySQL's begin(): its BEGIN opens a block, not a transaction, in
-        # sql_mode=ORACLE; START TRANSACTION means one thing in every mode.
         with self.conn.cursor() as cursor:
-            cursor.execute("START TRANSACTION")
+            cursor.execute(START)
 
     def _commit(self) -> None:
         self.conn.commit()

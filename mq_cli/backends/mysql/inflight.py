@@ -13,6 +13,10 @@ from typing import Any
 from mq_cli.backends import inflight
 
 COM_QUERY = 0x03  # pymysql.constants.COMMAND.COM_QUERY (PyMySQL is imported when first used)
+#: how a transaction begins, sent in turn or ahead (ahead.py). Not PyMySQL's begin():
+#: its BEGIN opens a block, not a transaction, in sql_mode=ORACLE; START TRANSACTION
+#: means one thing in every mode.
+START = "START TRANSACTION"
 SPLIT = ("_execute_command", "_read_query_result")
 
 
