@@ -272,27 +272,22 @@ def test_a_claim_sent_ahead_that_is_rolled_back_runs_again_in_turn(mysql_db):
                 cursor.execute("SELECT id FROM mq_messages WHERE id = %s FOR UPDATE", (group[0],))
             thread = b._conn.thread_id()
             assert b.claim_ahead_send("q", 10, "w", group) is True
+            sent = time.monotonic()
 
-            def waiting() -> bool:  # the DELETE sent ahead, waiting for the row's lock
+            def busy() -> bool:  # the statements sent ahead still run (the DELETE waits)
                 with other.cursor() as cursor:
                     cursor.execute(
-                        "SELECT COUNT(*) FROM information_schema.INNODB_TRX "
-                        "WHERE trx_mysql_thread_id = %s AND trx_state = 'LOCK WAIT'",
+                        "SELECT COMMAND FROM information_schema.PROCESSLIST WHERE ID = %s",
                         (thread,),
                     )
-                    return cursor.fetchone()[0] == 1
+                    return cursor.fetchone()[0] != "Sleep"
 
-            deadline = time.monotonic() + 30  # catches a hang only
-            while not waiting() and time.monotonic() < deadline:
-                time.sleep(0.02)
-            assert waiting()
-            # Its 1 s runs out. Looked at seldom: a look at INNODB_TRX every 50 ms was
-            # seen to keep the wait from timing out on MariaDB 10.11.
-            while time.monotonic() < deadline:
-                time.sleep(0.5)
-                if not waiting():
-                    break
-            assert not waiting()
+            # Its 1 s runs out, then the SELECT runs and the connection is idle (not
+            # before that 1 s: idle for a moment between two statements, it would
+            # look done before the DELETE waited).
+            while (busy() or time.monotonic() < sent + 1) and time.monotonic() < sent + 30:
+                time.sleep(0.05)  # 30 s: catches a hang only
+            assert not busy()
         finally:
             other.rollback()
             other.close()
