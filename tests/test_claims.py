@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import FrozenInstanceError
+from datetime import timedelta
 
 import pytest
 
 from mq_cli.backends import open_backend
 from mq_cli.core.dburl import parse_database_url
+from mq_cli.core.models import Message
 
 
 def backend_for(db):
@@ -21,6 +24,29 @@ def fill(backend, queue: str, count: int, **kw) -> list[int]:
     for start in range(0, count, 1000):
         ids += backend.enqueue(queue, payloads[start : start + 1000], **kw)
     return ids
+
+
+def test_a_claimed_message_is_the_message_its_constructor_makes(db):
+    # claims.claimed() builds them without the frozen dataclass's __init__.
+    with backend_for(db) as b:
+        fill(b, "q", 1, unique_key="k")
+        (got,) = b.claim("q", 1, "host:1:aa")
+    made = Message(
+        id=got.id,
+        queue="q",
+        status="processing",
+        priority=0,
+        error_count=0,
+        created_at=got.created_at,
+        available_at=got.available_at,
+        payload=b'{"n": 0}',
+        unique_key="k",
+        owner="host:1:aa",
+    )
+    assert got == made and vars(got) == vars(made)
+    assert got.created_at.utcoffset() == timedelta(0)
+    with pytest.raises(FrozenInstanceError):
+        got.status = "ready"  # type: ignore[misc]
 
 
 def test_claim_marks_processing_with_owner_and_heartbeat(db):

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from mq_cli.core.errors import HandlerNotFound
+from mq_cli.core.payloads import decode
 from mq_cli.runners import make_runner
 from mq_cli.runners.handlers import (
     ERROR_LIMIT,
@@ -335,6 +336,35 @@ def test_undecodable_payload_fails_clearly(make, tmp_path, monkeypatch, fmt, pay
     outcome = run(runner, payload)
     assert not outcome.ok and message in outcome.error
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"a": 1}',
+        b"\xef\xbb\xbf[1]",  # UTF-8 with a BOM
+        '["é"]'.encode("utf-16"),
+        '["é"]'.encode("utf-16-le"),
+        '{"a": "é"}'.encode("utf-32-be"),
+        b"7",
+        b" ",
+        b"",
+        b'"\xed\xa0\x80"',  # a lone surrogate: json.loads takes it (surrogatepass)
+        b'["\xff"]',
+        b"[1] x",
+    ],
+)
+def test_a_json_payload_decodes_as_json_loads_does(data):
+    # decode() skips json.loads' search for the encoding when it can only be UTF-8.
+    try:
+        expected: object = json.loads(data)
+    except ValueError as exc:
+        expected = type(exc)
+    try:
+        got: object = decode(data, "json")
+    except ValueError as exc:
+        got = type(exc)
+    assert got == expected
 
 
 # --- timeouts, ticks, deaths, signals -----------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from mq_cli.backends.plumbing import Tx
 from mq_cli.backends.sqlops import as_text
 from mq_cli.core.errors import ClaimUnknown, ConnectionLost, ReadOnly
-from mq_cli.core.models import Message
+from mq_cli.core.models import Message, claimed_message
 
 log = logging.getLogger("mq")
 T = TypeVar("T")
@@ -159,17 +159,16 @@ def claimed(
 ) -> list[Message]:
     """A claim's rows (the claim columns of <dialect>/<dialect>.sql) as Messages."""
     return [
-        Message(
-            id=int(row[0]),
-            queue=row[1],
-            status="processing",
-            priority=row[2],
-            error_count=row[3],
-            created_at=time_of(row[4]),  # type: ignore[arg-type]
-            available_at=time_of(row[5]),  # type: ignore[arg-type]
-            unique_key=as_text(row[6]),
-            payload=bytes(row[7]),
-            owner=owner,
+        claimed_message(
+            int(row[0]),
+            row[1],
+            row[2],
+            row[3],
+            time_of(row[4]),  # type: ignore[arg-type]
+            time_of(row[5]),  # type: ignore[arg-type]
+            as_text(row[6]),
+            bytes(row[7]),
+            owner,
         )  # fmt: skip
         for row in rows
     ]

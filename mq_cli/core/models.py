@@ -85,6 +85,41 @@ class Message:
         return data
 
 
+def claimed_message(
+    id: int,
+    queue: str,
+    priority: int,
+    error_count: int,
+    created_at: datetime,
+    available_at: datetime,
+    unique_key: str | None,
+    payload: bytes,
+    owner: str,
+) -> Message:
+    """A Message just claimed (processing, no error, no heartbeat yet), as
+    ``Message(...)`` makes it but without a frozen dataclass's ``__init__``: a
+    claim makes one per message, and that ``__init__`` took 2.6 µs of it (0.8 now)."""
+    message = _new(Message)
+    message.__dict__.update(
+        id=id,
+        queue=queue,
+        status="processing",
+        priority=priority,
+        error_count=error_count,
+        created_at=created_at,
+        available_at=available_at,
+        payload=payload,
+        unique_key=unique_key,
+        last_error=None,
+        owner=owner,
+        heartbeat_at=None,
+    )
+    return message
+
+
+_new = object.__new__
+
+
 @dataclass
 class QueueStats:
     ready: int = 0

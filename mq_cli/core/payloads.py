@@ -106,11 +106,21 @@ def encode(value: object, fmt: str) -> bytes:
     return data
 
 
+_decode_json = json.JSONDecoder().decode  # json.loads' own decoder (no options)
+# A first byte json.detect_encoding() may read as other than UTF-8 (a zero second
+# byte too): a BOM, UTF-16 or UTF-32.
+_NOT_PLAIN_UTF8 = (b"", b"\0", b"\xef", b"\xfe", b"\xff")
+
+
 def decode(data: bytes, fmt: str) -> object:
     """What a Python handler receives for a stored payload (ValueError if it is not valid)."""
     if fmt == "json":
         try:
-            return json.loads(data)
+            if data[:1] not in _NOT_PLAIN_UTF8 and data[1:2] != b"\0":
+                # What json.loads does for UTF-8 bytes, without finding their encoding
+                # first (~1 µs of a no-op handler's ~3 a message in the child)
+                return _decode_json(data.decode("utf-8", "surrogatepass"))
+            return json.loads(data)  # UTF-16 or -32, a BOM, empty: its own way
         except RecursionError:  # stored before mq checked the depth, or by another program
             raise ValueError(TOO_DEEP) from None
     if fmt == "text":

@@ -43,8 +43,9 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
+from functools import partial
 
 from mq_cli.core.errors import HandlerNotFound
 from mq_cli.core.payloads import decode
@@ -86,14 +87,25 @@ def encode_message(number: int, info: MessageInfo, until: float | None, payload:
     return PREFIX.pack(0, len(head) + len(queue) + len(payload)) + head + queue + payload
 
 
-def decode_message(body: bytes) -> tuple[int, MessageInfo, float | None, bytes]:
-    number, ident, errors, created, until, length = MESSAGE.unpack_from(body)
-    start = MESSAGE.size + length
-    info = MessageInfo(ident, body[MESSAGE.size : start].decode(), errors, EPOCH + created * ONE_US)
-    return number, info, None if math.isnan(until) else until, body[start:]
+def decode_message(body: bytes) -> tuple[int, float | None, bytes]:
+    """(number, until, payload) of a MESSAGE frame's body; :func:`message_info` for the rest."""
+    number, _, _, _, until, length = MESSAGE.unpack_from(body)
+    return number, None if until != until else until, body[MESSAGE.size + length :]  # NaN: none
+
+
+def message_info(body: bytes) -> MessageInfo:
+    """The MessageInfo of a MESSAGE frame's body (built only when a handler asks for it)."""
+    _, ident, errors, created, _, length = MESSAGE.unpack_from(body)
+    queue = body[MESSAGE.size : MESSAGE.size + length].decode()
+    return MessageInfo(ident, queue, errors, EPOCH + created * ONE_US)
+
+
+_REPLY_FRAME = struct.Struct(PREFIX.format + REPLY.format[1:])  # one pack for a reply
 
 
 def encode_reply(number: int, kind: int, ended: float, seconds: float, error: str = "") -> bytes:
+    if not error:
+        return _REPLY_FRAME.pack(0, REPLY.size, number, kind, ended, seconds)
     body = REPLY.pack(number, kind, ended, seconds) + error.encode("utf-8", "replace")
     return PREFIX.pack(0, len(body)) + body
 
@@ -236,7 +248,9 @@ def _may_start(drain: select.poll, rfd: int, cfd: int, skip: int) -> int:
     return skip
 
 
-def _run_one(handler: object, fmt: str, info: MessageInfo, body: bytes) -> str | None:
+def _run_one(
+    handler: object, fmt: str, info: MessageInfo | Callable[[], MessageInfo], body: bytes
+) -> str | None:
     """Run the handler on one message (marked running: _may_start): None if it
     succeeded, else the error."""
     global _handler_running
@@ -302,14 +316,14 @@ def _serve(handler: object, fmt: str, rfd: int, wfd: int, cfd: int) -> None:
         header, body = frame
         if header is not None:
             raise ProtocolError(f"expected a message, got {header!r}")
-        number, info, until, payload = decode_message(body)
+        number, until, payload = decode_message(body)
         skip = _may_start(drain, rfd, cfd, skip)
         now = time.monotonic()
         if number <= skip or (until is not None and now >= until):
             _handler_running = False
             write_all(wfd, encode_reply(number, SKIPPED, now, 0.0))
             continue
-        error = _run_one(handler, fmt, info, payload)
+        error = _run_one(handler, fmt, partial(message_info, body), payload)
         ended = time.monotonic()
         kind = DONE if error is None else FAILED
         write_all(wfd, encode_reply(number, kind, ended, ended - now, error or ""))

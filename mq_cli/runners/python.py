@@ -335,8 +335,7 @@ class PythonRunner:
                     buffer.feed(chunk)
                     # The child flushes what a handler printed before its reply, so
                     # reading it now puts it before every reply in this chunk.
-                    if child.ofd >= 0:
-                        child.read_output()
+                    child.read_output_waiting()
                 elif fd == child.pidfd:
                     exited = True
                 elif fd == child.ofd:
