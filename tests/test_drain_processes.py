@@ -200,6 +200,22 @@ def test_second_signal_while_the_handler_loads_gives_the_message_back(db, tmp_pa
     assert db.sql("SELECT status, error_count FROM mq_messages") == [("ready", 0)]
 
 
+def test_a_drain_with_nothing_to_run_ends_the_handler_it_launched(db, tmp_path):
+    # The handler's child starts while the drain connects, before anything is
+    # claimed; with nothing to run, the drain ends it, whatever its import does.
+    importing = tmp_path / "importing"
+    drain = db.spawn(
+        "drain", "-q", "jobs", "--handler", "tests.blocked_import:step", "--json",
+        env=db.env(MQ_TEST_IMPORTING=str(importing)),
+    )  # fmt: skip
+    out, err = drain.communicate(timeout=120)
+    assert drain.returncode == 0, err
+    assert json.loads(out)["ended"] == "empty"
+    if importing.exists():  # it got as far as the import: it is gone all the same
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(importing.read_text()), 0)
+
+
 #: the drain's words when its watchdog fenced the running handler (session.py)
 FENCED = "lost the database session that showed this drain alive (no proof of it)"
 

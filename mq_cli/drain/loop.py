@@ -26,12 +26,12 @@ from mq_cli.core.errors import DatabaseError, MqError, SessionLost
 from mq_cli.drain import signals, slots, startfail, waiting
 from mq_cli.drain.acks import Acknowledger
 from mq_cli.drain.claimer import Claimer
+from mq_cli.drain.launcher import Launcher
 from mq_cli.drain.lease import Lease
 from mq_cli.drain.report import DrainOptions, DrainReport
 from mq_cli.drain.runlog import RunLog
 from mq_cli.drain.running import BatchRunner
 from mq_cli.drain.session import DatabaseAway, DrainSession, WaitInterrupted
-from mq_cli.runners import make_runner
 from mq_cli.runners.runner import Runner
 
 log = logging.getLogger("mq")
@@ -48,6 +48,7 @@ class Drain:
         self.report = DrainReport()
         self.session = session = DrainSession(config, backend, options)
         self.runner: Runner | None = None  # the queue's, while it is drained
+        self.launcher = Launcher(config)
         self.runlog = RunLog(config, lambda: session.backend, lambda: session.owner, self.report)
         self.lease = Lease(config, session, lambda: self.runner)
         self.acks = Acknowledger(session, self.lease, options, self.report, self.runlog)
@@ -96,6 +97,8 @@ class Drain:
         try:
             plan = startfail.plan(self.config, self.options, self.session.open_backend)
             self.runlog.queues = [queue.name for queue, _ in plan]
+            if plan and not early:
+                self.launcher.launch(*plan[0])  # its child starts while we connect
             if self.options.max_seconds:
                 self.session.deadline = started + self.options.max_seconds
             # This database's and table's slots: never another config's (slots.py).
@@ -135,6 +138,7 @@ class Drain:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            self.launcher.close()
             self.lease.close()
             self.report.seconds = time.monotonic() - started
             self.runlog.end(sys.exc_info()[1])
@@ -170,7 +174,7 @@ class Drain:
         self.report.activity.queue = queue.name
         self.session.db(lambda b: b.purge_tombstones(queue.name))
         self.waiting.begin(queue)
-        runner = make_runner(path, queue.format, self.config.database.secret_env())
+        runner = self.launcher.runner(queue, path)
         self.runner = runner
         waiter = self.waiting.waiter(queue) if self.options.wait else None
         self.acks.retries_due = []

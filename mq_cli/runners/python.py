@@ -40,7 +40,7 @@ from mq_cli.runners.child import (
 from mq_cli.runners.handlers import NOT_STARTED, Job, MessageInfo, Outcome, Pacer, storable
 from mq_cli.runners.output import Tail
 from mq_cli.runners.process import death, kill_group
-from mq_cli.runners.worker import READ_CHUNK, Worker
+from mq_cli.runners.worker import READ_CHUNK, Worker, check_hello, not_loaded
 
 WINDOW = 64  # messages sent ahead of the running one ...
 WINDOW_BYTES = 1 << 20  # ... holding at most this many payload bytes (but always one)
@@ -75,6 +75,7 @@ class PythonRunner:
         self._stopped = False
         self._killed = False
         self._ready_once = False  # a child of ours got ready at least once
+        self._greeted = False  # the child running now said it is ready
         self._pace: float | None = None  # a handler's recent seconds (slow ones weigh long)
 
     @property
@@ -90,21 +91,30 @@ class PythonRunner:
 
     def start(self) -> None:
         """Start the child now (run_many would start it with the first message)."""
-        if self._child is None:
-            self._first_spawn(Pacer(None, lambda: None, 3600.0))
+        self._get_ready(Pacer(None, lambda: None, 3600.0))
 
-    def _first_spawn(self, pacer: Pacer) -> Outcome | None:
-        # A child that never got ready is the handler's fault (HandlerNotFound, exit 2;
-        # the batch goes back untouched), unless we killed it (NOT_STARTED: a stop).
-        failed = self._spawn(pacer)
+    def launch(self) -> None:
+        """Start the child without waiting for it: it loads the handler while the drain
+        connects; start() or the first message waits for it, close() kills it unused."""
+        if self._child is None:
+            self._launch()
+
+    def _get_ready(self, pacer: Pacer) -> Outcome | None:
+        """A child ready for a message: the one launched, the one running, or a new one
+        (none yet, or it died between messages: a handler's thread called os._exit...)."""
+        if self._child is not None and self._greeted:
+            if not self._child.exited():
+                return None
+            self._discard()
+        if self._child is None:
+            self._launch()
+        failed = self._ready(pacer)
         if failed is None:
             self._ready_once = True
-        elif failed.started:
-            module = self.path.partition(":")[0]
-            raise HandlerNotFound(
-                f"handler {self.path!r} could not be loaded ({failed.error}); "
-                f"run `python -c 'import {module}'` to see why"
-            )
+        elif failed.started and not self._ready_once:
+            # A child that never got ready is the handler's fault (HandlerNotFound, exit 2;
+            # the batch goes back untouched), unless we killed it (NOT_STARTED: a stop).
+            raise not_loaded(self.path, failed.error)
         return failed
 
     def run(
@@ -184,14 +194,9 @@ class PythonRunner:
                         if not limit:
                             yield index, NOT_STARTED
                             continue
-                        if not sent and (self._child is None or self._child.exited()):
-                            # None running, or it died between messages (a handler's thread
-                            # called os._exit...) before this one was sent: start over.
-                            self._discard()
-                            spawn = self._spawn if self._ready_once else self._first_spawn
-                            if failed := spawn(pacer):
-                                yield index, failed
-                                continue
+                        if not sent and (failed := self._get_ready(pacer)):
+                            yield index, failed
+                            continue
                         sent.append(self._send(jobs[index], index, limit))
                         in_flight += sent[-1].size
                     self._flush()
@@ -201,7 +206,10 @@ class PythonRunner:
                 deadline = max(ended, head.sent_at) + timeout if timeout else None
                 frame = self._next_reply(pacer, deadline, timeout, take_back_unwanted)
                 self._output.to_stderr()
-                reply = frame if isinstance(frame, Outcome) else self._reply(frame, head.number)
+                reply = frame if isinstance(frame, Outcome) else decode_reply(frame, head.number)
+                if isinstance(reply, str):
+                    self._discard()
+                    reply = Outcome(ok=False, error=f"handler process broke the protocol: {reply}")
                 if isinstance(reply, Outcome):  # the child is gone: nothing else started
                     sent.popleft()
                     for other in sent:
@@ -235,11 +243,11 @@ class PythonRunner:
         self._take_back(SKIP_ALL)
 
     def close(self) -> None:
-        child = self._child
-        if child is None:
-            return
-        child.close()
-        self._forget()
+        if self._child is not None and not self._greeted:
+            self._discard()  # launched and never needed: no message of ours in it
+        elif self._child is not None:
+            self._child.close()
+            self._forget()
 
     def kill(self) -> None:
         # Called from a signal handler while run() may be waiting: only send
@@ -255,16 +263,6 @@ class PythonRunner:
         until = None if not_after == math.inf else not_after
         self._out += encode_message(self._number, info, until, payload)
         return _Sent(self._number, index, time.monotonic(), len(payload))
-
-    def _reply(
-        self, frame: tuple[dict[str, object] | None, bytes], number: int
-    ) -> tuple[int, float, float, str] | Outcome:
-        """(kind, ended, seconds, error) from a reply frame; an Outcome if it is not one."""
-        reply = decode_reply(frame, number)
-        if isinstance(reply, tuple):
-            return reply
-        self._discard()
-        return Outcome(ok=False, error=f"handler process broke the protocol: {reply}")
 
     def _flush(self) -> None:
         """Write what the pipe takes now; the rest waits for POLLOUT in _next_reply."""
@@ -353,31 +351,30 @@ class PythonRunner:
                 if not buffer.has_frame():
                     return self._died()
 
-    def _spawn(self, pacer: Pacer) -> Outcome | None:
-        """Start a child and wait for its 'ready'; an Outcome if it died or never got ready."""
+    def _launch(self) -> None:
+        self._forget()
         self._child = Worker(self.path, self.fmt, self.hide, self._output)
-        self._buffer = FrameBuffer()
-        self._out = bytearray()
-        self._number = self._taken = 0
-        self._killed = False
+        self._killed = self._greeted = False
+
+    def _ready(self, pacer: Pacer) -> Outcome | None:
+        """Wait for the child's 'ready'; an Outcome if it died or never got ready."""
         frame = self._next_reply(pacer, time.monotonic() + READY_WITHIN, READY_WITHIN, lambda: None)
         if isinstance(frame, Outcome) and self._killed:
             return NOT_STARTED  # killed by us (a stop, a lost session) before it could start one
         if isinstance(frame, Outcome):
             late = f"handler process not ready within {READY_WITHIN:g}s"
             return Outcome(ok=False, error=late) if frame.timed_out else frame
-        hello = frame[0] or {}
-        if hello.get("ready") is not True:
+        try:
+            check_hello(frame[0], self.path)
+        except HandlerNotFound:
             self._discard()
-            raise HandlerNotFound(
-                storable(hello.get("error")) or f"handler {self.path!r}: no ready"
-            )
+            raise
+        self._greeted = True
         return None
 
     def _died(self) -> Outcome:
-        child = self._child
-        assert child is not None
-        returncode = child.reap()
+        assert self._child is not None
+        returncode = self._child.reap()
         killed = self._killed
         self._forget()
         if killed:
@@ -386,11 +383,9 @@ class PythonRunner:
 
     def _discard(self) -> None:
         """SIGKILL the child and everything it started, reap it, drop its pipes."""
-        child = self._child
-        if child is None:
-            return
-        child.discard()
-        self._forget()
+        if self._child is not None:
+            self._child.discard()
+            self._forget()
 
     def _forget(self) -> None:
         self._child = None

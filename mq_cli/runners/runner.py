@@ -18,6 +18,10 @@ class Runner(Protocol):
     def start(self) -> None:
         """Get ready to run; HandlerNotFound if the handler cannot be loaded."""
 
+    def launch(self) -> None:
+        """Begin getting ready without waiting (start() or the first job waits); nothing
+        for a runner that has nothing to start ahead. close() ends what it began."""
+
     def run(
         self,
         payload: bytes,
@@ -71,6 +75,9 @@ class OneAtATime:
     """``run_many`` for a runner that can only ``run`` one message after another."""
 
     _stopped = False
+
+    def launch(self) -> None:
+        pass  # a program starts per message: nothing to start ahead
 
     def run(
         self,

@@ -11,14 +11,30 @@ import select
 import subprocess
 from collections.abc import Sequence
 
+from mq_cli.core.errors import HandlerNotFound
 from mq_cli.runners import fence
 from mq_cli.runners.child import FrameBuffer, _worker_argv
-from mq_cli.runners.handlers import handler_environ
+from mq_cli.runners.handlers import handler_environ, storable
 from mq_cli.runners.output import Tail
 from mq_cli.runners.process import _above_stdio, _pidfd, kill_group, kill_handler, wait_exited
 
 CLOSE_GRACE = 5.0  # seconds a child gets to exit after its pipe closes, before SIGKILL
 READ_CHUNK = 1 << 16
+
+
+def check_hello(header: dict[str, object] | None, path: str) -> None:
+    """The child's first frame: ``{"ready": true}``, else HandlerNotFound with its reason."""
+    hello = header or {}
+    if hello.get("ready") is not True:
+        raise HandlerNotFound(storable(hello.get("error")) or f"handler {path!r}: no ready")
+
+
+def not_loaded(path: str, error: str | None) -> HandlerNotFound:
+    module = path.partition(":")[0]
+    return HandlerNotFound(
+        f"handler {path!r} could not be loaded ({error}); "
+        f"run `python -c 'import {module}'` to see why"
+    )
 
 
 class Worker:
