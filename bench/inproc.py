@@ -4,6 +4,7 @@
     python inproc.py drain CONFIG --mode runner|inline    # mq's Drain, handler in a child or inline
     python inproc.py runner-micro --count N               # PythonRunner round trip vs a plain call
     python inproc.py claim-loop CONFIG --count N          # Backend.claim + one DELETE per batch
+    python inproc.py child-loop --count N                 # the handler's child's loop alone
 
 Prints one JSON line.
 """
@@ -114,11 +115,14 @@ def runner_micro(count: int, handler: str) -> dict[str, Any]:
             if name == "runner" and hasattr(runner, "run_many"):
                 # What a drain does: a batch of 100 handed over, results streamed back.
                 jobs = [(body, info)] * 100
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), time.process_time()
                 for _ in range(count // 100):
                     for _, outcome in runner.run_many(jobs, lambda i: True, 600.0, _nop, 5.0):
                         assert outcome.ok, outcome
-                result["batch_us"] = (time.perf_counter() - started) / (count // 100 * 100) * 1e6
+                done = count // 100 * 100
+                result["batch_us"] = (time.perf_counter() - started) / done * 1e6
+                # This process's share: what the drain's side of the runner costs.
+                result["batch_cpu_us"] = (time.process_time() - cpu) / done * 1e6
         finally:
             runner.close()
     return result
@@ -162,9 +166,36 @@ def claim_loop(config: str, batch: int, count: int, max_seconds: float) -> dict[
     }
 
 
+def child_loop(count: int, handler: str) -> dict[str, Any]:
+    """The handler's child's own loop (runners/child.py ``_serve``) in this process, on
+    ``count`` message frames read from a file, its replies written to /dev/null: the
+    child's CPU a message, without the drain, the pipe's wake-ups or a second core."""
+    import os
+    import tempfile
+
+    from mq_cli.runners import child
+    from mq_cli.runners.handlers import MessageInfo
+    from mq_cli.runners.paths import load
+
+    info = MessageInfo(1, QUEUE, 0, datetime.now(timezone.utc))
+    body = b'{"n":1,"pad":"' + b"x" * 184 + b'"}'
+    with tempfile.TemporaryFile() as frames, open(os.devnull, "wb") as sink:
+        frames.write(b"".join(child.encode_message(n + 1, info, None, body) for n in range(count)))
+        frames.flush()
+        frames.seek(0)
+        take_backs, _ = os.pipe()
+        os.set_blocking(take_backs, False)
+        function = load(handler)
+        cpu, wall = time.process_time(), time.perf_counter()
+        child._serve(function, "json", frames.fileno(), sink.fileno(), take_backs)
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    return {"count": count, "cpu_us": cpu / count * 1e6, "wall_us": wall / count * 1e6}
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=["enqueue-many", "drain", "runner-micro", "claim-loop"])
+    modes = ["enqueue-many", "drain", "runner-micro", "claim-loop", "child-loop"]
+    parser.add_argument("mode", choices=modes)
     parser.add_argument("config", nargs="?")
     parser.add_argument("--count", type=int, default=20_000)
     parser.add_argument("--size", type=int, default=200)
@@ -179,6 +210,8 @@ def main(argv: list[str]) -> int:
         result = drain(args.config, args.runner, args.batch, args.handler)
     elif args.mode == "runner-micro":
         result = runner_micro(args.count, args.handler)
+    elif args.mode == "child-loop":
+        result = child_loop(args.count, args.handler)
     else:
         result = claim_loop(args.config, args.batch, args.count, args.max_seconds)
     print(json.dumps(result))
