@@ -10,9 +10,13 @@ queue paused or busy, a stop) ends it unused.
 
 from __future__ import annotations
 
+import logging
+
 from mq_cli.core.config import Config, QueueConfig
 from mq_cli.runners import make_runner
 from mq_cli.runners.runner import Runner
+
+log = logging.getLogger("mq")
 
 
 class Launcher:
@@ -24,8 +28,13 @@ class Launcher:
         """Start ``queue``'s runner now, without waiting for it."""
         self.close()
         runner = make_runner(path, queue.format, self._hide)
+        try:
+            runner.launch()
+        except OSError as exc:  # no process to be had now: the first batch tries, and says
+            log.debug("queue %s: handler not launched early: %s", queue.name, exc)
+            runner.close()
+            return
         self._early = (queue.name, runner)
-        runner.launch()
 
     def runner(self, queue: QueueConfig, path: str) -> Runner:
         """The runner for ``queue``: the one launched for it, else a new one (one

@@ -138,8 +138,10 @@ def storable(error: object) -> str | None:
     return bounded(str(error).encode("utf-8", "replace").decode("utf-8"))
 
 
-# The running message: a MessageInfo, or the handler's child's raw fields for one,
-# made into one only if the handler asks (most never do: ~2 µs a message saved).
+# The running message: a MessageInfo, or (in the handler's child) what makes one,
+# called only if the handler asks (most never do: ~2 µs a message saved). Never
+# written back: a thread the handler left running must not make the next
+# message's info the last one's.
 _current: MessageInfo | Callable[[], MessageInfo] | None = None
 
 
@@ -150,13 +152,10 @@ def current_message() -> MessageInfo:
     give up differently on the last attempt. Outside a handler it raises
     RuntimeError.
     """
-    global _current
     current = _current
     if current is None:
         raise RuntimeError("current_message() works only inside a handler run by `mq drain`")
-    if not isinstance(current, MessageInfo):
-        current = _current = current()
-    return current
+    return current if isinstance(current, MessageInfo) else current()
 
 
 def _set_current(info: MessageInfo | Callable[[], MessageInfo] | None) -> None:
