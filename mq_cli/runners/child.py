@@ -58,6 +58,9 @@ SKIP_ALL = (1 << 62) - 1  # on CFD: start nothing more, ever
 MESSAGE = struct.Struct(">QqqqdH")  # n, id, error_count, created_at µs, until, len(queue)
 REPLY = struct.Struct(">QBdd")  # n, kind, t, s
 DONE, FAILED, SKIPPED = 0, 1, 2
+# The prefix and the fixed part of a frame in one pack (big-endian: no padding between)
+_MESSAGE_FRAME = struct.Struct(PREFIX.format + MESSAGE.format[1:])
+_REPLY_FRAME = struct.Struct(PREFIX.format + REPLY.format[1:])
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 ONE_US = timedelta(microseconds=1)
 MAX_HEADER = 1 << 20
@@ -81,10 +84,12 @@ def encode_frame(header: dict[str, object], body: bytes = b"") -> bytes:
 def encode_message(number: int, info: MessageInfo, until: float | None, payload: bytes) -> bytes:
     queue = info.queue.encode()
     created = (info.created_at - EPOCH) // ONE_US
-    head = MESSAGE.pack(
-        number, info.id, info.error_count, created, math.nan if until is None else until, len(queue)
+    size = MESSAGE.size + len(queue) + len(payload)
+    until = math.nan if until is None else until
+    head = _MESSAGE_FRAME.pack(
+        0, size, number, info.id, info.error_count, created, until, len(queue)
     )
-    return PREFIX.pack(0, len(head) + len(queue) + len(payload)) + head + queue + payload
+    return head + queue + payload
 
 
 def decode_message(body: bytes) -> tuple[int, float | None, bytes]:
@@ -98,9 +103,6 @@ def message_info(body: bytes) -> MessageInfo:
     _, ident, errors, created, _, length = MESSAGE.unpack_from(body)
     queue = body[MESSAGE.size : MESSAGE.size + length].decode()
     return MessageInfo(ident, queue, errors, EPOCH + created * ONE_US)
-
-
-_REPLY_FRAME = struct.Struct(PREFIX.format + REPLY.format[1:])  # one pack for a reply
 
 
 def encode_reply(number: int, kind: int, ended: float, seconds: float, error: str = "") -> bytes:
@@ -138,6 +140,19 @@ class FrameBuffer:
             return 0
         head_len, body_len = PREFIX.unpack_from(self.data)
         return PREFIX.size + head_len + body_len - len(self.data)
+
+    def next_reply(self, number: int) -> tuple[int, float, float, str] | None:
+        """(kind, ended, seconds, "") if the next frame is a whole reply to message ``number``
+        without an error text, taken from the buffer; else None, the buffer untouched.
+        The common reply, without a frame tuple, a copy or decode_reply's checks."""
+        data = self.data
+        if len(data) < _REPLY_FRAME.size:
+            return None
+        head_len, body_len, got, kind, ended, seconds = _REPLY_FRAME.unpack_from(data)
+        if head_len or body_len != REPLY.size or got != number:
+            return None
+        del data[: _REPLY_FRAME.size]
+        return kind, ended, seconds, ""
 
     def has_frame(self) -> bool:
         """Whether a whole frame is waiting (next_frame would return it)."""

@@ -203,10 +203,16 @@ class PythonRunner:
                     if not sent:
                         continue
                 head = sent[0]
-                deadline = max(ended, head.sent_at) + timeout if timeout else None
-                frame = self._next_reply(pacer, deadline, timeout, take_back_unwanted)
+                quick = self._buffer.next_reply(head.number)  # read already: most are
+                if quick is not None:
+                    reply: tuple[int, float, float, str] | str | Outcome = quick
+                else:
+                    deadline = max(ended, head.sent_at) + timeout if timeout else None
+                    frame = self._next_reply(pacer, deadline, timeout, take_back_unwanted)
+                    reply = (
+                        frame if isinstance(frame, Outcome) else decode_reply(frame, head.number)
+                    )
                 self._output.to_stderr()
-                reply = frame if isinstance(frame, Outcome) else decode_reply(frame, head.number)
                 if isinstance(reply, str):
                     self._discard()
                     reply = Outcome(ok=False, error=f"handler process broke the protocol: {reply}")
