@@ -24,7 +24,7 @@ import pytest
 
 from mq_cli.core.errors import HandlerNotFound
 from mq_cli.core.payloads import decode
-from mq_cli.runners import make_runner
+from mq_cli.runners import child, make_runner
 from mq_cli.runners.handlers import (
     ERROR_LIMIT,
     MessageInfo,
@@ -365,6 +365,21 @@ def test_a_json_payload_decodes_as_json_loads_does(data):
     except ValueError as exc:
         got = type(exc)
     assert got == expected
+
+
+def test_a_reply_is_taken_as_read_only_when_it_is_the_one_expected():
+    # The drain takes the usual reply straight from its buffer (FrameBuffer.next_reply);
+    # anything else goes the frame's way, which names what is wrong.
+    buffer = child.FrameBuffer()
+    buffer.feed(child.encode_reply(3, child.DONE, 1.5, 0.25))
+    buffer.feed(child.encode_reply(4, child.FAILED, 2.5, 0.5, "boom"))
+    buffer.feed(child.encode_reply(7, child.DONE, 3.5, 0.75))
+    assert buffer.next_reply(3) == (child.DONE, 1.5, 0.25, "")
+    assert buffer.next_reply(4) is None  # an error text: the frame's way
+    assert child.decode_reply(buffer.next_frame(), 4) == (child.FAILED, 2.5, 0.5, "boom")
+    assert buffer.next_reply(5) is None and buffer.has_frame()  # left as it was
+    assert child.decode_reply(buffer.next_frame(), 5) == "reply to message 7 when 5 was running"
+    assert buffer.next_reply(8) is None and not buffer.has_frame()
 
 
 # --- timeouts, ticks, deaths, signals -----------------------------------------------
