@@ -11,6 +11,7 @@ import pytest
 
 from mq_cli.backends import open_backend
 from mq_cli.core.dburl import parse_database_url
+from mq_cli.core.errors import ClaimUnknown
 from mq_cli.core.models import Message
 
 
@@ -47,6 +48,30 @@ def test_a_claimed_message_is_the_message_its_constructor_makes(db):
     assert got.created_at.utcoffset() == timedelta(0)
     with pytest.raises(FrozenInstanceError):
         got.status = "ready"  # type: ignore[misc]
+
+
+def test_a_grouped_claim_lost_while_topping_up_says_it_may_hold_rows(pg_db, monkeypatch):
+    # PostgreSQL's group_ack claim (the group's DELETE and the claim in one statement)
+    # took rows and committed; it came back short, and the promotion that tops it up
+    # finds the session gone. The drain must learn it may hold rows (ClaimUnknown:
+    # exit 3, with `mq gc --stalled --requeue`), not that the claim took nothing.
+    assert pg_db.run("init").exit_code == 0
+    with backend_for(pg_db) as b:
+        ids = fill(b, "q", 3)
+        (first,) = b.claim("q", 1, "me")  # a success whose DELETE goes with the next claim
+        promote = b.promote
+
+        def promote_on_a_lost_session(queue: str) -> int:
+            pid = b.conn.info.backend_pid
+            pg_db.sql("SELECT pg_terminate_backend(%s)", (pid,))
+            return promote(queue)
+
+        monkeypatch.setattr(b, "_promote_due", lambda queue: False)
+        monkeypatch.setattr(b, "promote", promote_on_a_lost_session)
+        with pytest.raises(ClaimUnknown):
+            b.claim_acking("q", 10, "me", [first.id])
+    held = pg_db.sql("SELECT id, status, owner FROM mq_messages ORDER BY id")
+    assert held == [(ids[1], "processing", "me"), (ids[2], "processing", "me")]
 
 
 def test_claim_marks_processing_with_owner_and_heartbeat(db):

@@ -7,7 +7,7 @@ import select
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from mq_cli.backends.claims import RACE_TRIES, lost_race, unknown_if_lost
+from mq_cli.backends.claims import RACE_TRIES, lost_race, topped_up, unknown_if_lost
 from mq_cli.backends.sqlcore import SqlBackend
 from mq_cli.core.models import Message
 
@@ -62,8 +62,7 @@ def acked(
     taken, selected = _taken(rows, queue)
     if not taken and selected:  # every row it selected went to others: look again
         taken = db._claim(queue, limit, owner)
-    if len(taken) < limit and not promoted_now and db.promote(queue):
-        taken += db._claim(queue, limit - len(taken), owner)
+    taken = topped_up(db, taken, queue, limit, owner, promoted_now)
     taken.sort(key=_claim_order)
     return deleted, db._messages_of(taken, owner)
 
