@@ -32,19 +32,23 @@ from tests.faults.jobs import TICK
 pytestmark = pytest.mark.slow
 
 STALLED_AFTER = 2.0
+#: the second drain's: it holds its lease only while heartbeats land within
+#: stalled_after's margin, and a loaded machine may delay one by more than 2 s
+#: allows (its own fence would then end m1, rightly); gc runs before it starts
+SECOND_STALLED_AFTER = 60.0
 #: a deadline that only a hang reaches
 HANG = 60.0
 PYTHON_HANDLER = "tests.faults.jobs:ticking"
 EXEC_HANDLER = f"exec:{sys.executable} -m tests.faults.jobs ticking"
 
 
-def _config(tmp_path: Path, name: str, handler: str) -> Path:
+def _config(tmp_path: Path, name: str, handler: str, stalled_after: float) -> Path:
     path = tmp_path / f"{name}.yaml"
     path.write_text(
         f"lock_dir: {tmp_path / ('locks-' + name)}\n"
         "queues:\n"
         f"  s: {{handler: {json.dumps(handler)}, batch_size: 2, "
-        f"stalled_after: {STALLED_AFTER:g}s}}\n"
+        f"stalled_after: {stalled_after:g}s}}\n"
     )
     return path
 
@@ -96,7 +100,14 @@ def _take_terminal() -> None:
 
 def _scenario(db: Db, tmp_path: Path, stop: str, handler: str = PYTHON_HANDLER) -> None:
     history = tmp_path / "history.jsonl"
-    configs = {name: _config(tmp_path, name, handler) for name in ("a", "gc", "b")}
+    configs = {
+        name: _config(tmp_path, name, handler, stalled_after)
+        for name, stalled_after in (
+            ("a", STALLED_AFTER),
+            ("gc", STALLED_AFTER),
+            ("b", SECOND_STALLED_AFTER),
+        )
+    }
     envs = {
         name: db.env(MQ_CONFIG=str(path), MQ_FAULT_HISTORY=str(history))
         for name, path in configs.items()
