@@ -129,26 +129,38 @@ def test_a_fourth_dialect_is_one_package(tmp_path, monkeypatch):
     folder = tmp_path / "more-dialects"
     (folder / "toy").mkdir(parents=True)
     (folder / "toy" / "toy.sql").write_text((PACKAGE / "backends/sqlite/sqlite.sql").read_text())
-    (folder / "toy" / "__init__.py").write_text("from mq_cli.backends.toy import dialect  # noqa\n")
-    module = (PACKAGE / "backends/sqlite/dialect.py").read_text()
-    for old, new in [
-        ('"sqlite"', '"toy"'),
-        ('"sqlite://"', '"toy://"'),
-        ('f"sqlite:{', 'f"toy:{'),
-        ('connection_modules=("sqlite3",)', 'connection_modules=("toy_driver",)'),
-        ("zero_config=", "# zero_config="),  # SQLite stays the zero-config database
-    ]:
-        assert old in module, old
-        module = module.replace(old, new)
-    (folder / "toy" / "dialect.py").write_text(module)
+    (folder / "toy" / "__init__.py").write_text(
+        (PACKAGE / "backends/sqlite/__init__.py").read_text().replace("sqlite", "toy")
+    )
+    for name, changes in [
+        ("url.py", [
+            ('"sqlite"', '"toy"'),
+            ('"sqlite://"', '"toy://"'),
+            ('f"sqlite:{', 'f"toy:{'),
+            ("zero_config=", "# zero_config="),  # SQLite stays the zero-config database
+        ]),
+        ("dialect.py", [
+            ('"sqlite"', '"toy"'),
+            ("from mq_cli.backends.sqlite import url", "from mq_cli.backends.toy import url"),
+            ('connection_modules=("sqlite3",)', 'connection_modules=("toy_driver",)'),
+        ]),
+    ]:  # fmt: skip
+        module = (PACKAGE / "backends/sqlite" / name).read_text()
+        for old, new in changes:
+            assert old in module, old
+            module = module.replace(old, new)
+        (folder / "toy" / name).write_text(module)
 
     monkeypatch.setattr(sqlfiles, "FOLDERS", [*sqlfiles.FOLDERS, str(folder)])
     monkeypatch.setattr(mq_cli.backends, "__path__", list(mq_cli.backends.__path__))
     monkeypatch.setattr(dialects, "_DIALECTS", dict(dialects._DIALECTS))
+    monkeypatch.setattr(dialects, "_DECLARED", dict(dialects._DECLARED))
     monkeypatch.setattr(dburl, "_FORMS", dict(dburl._FORMS))
     monkeypatch.setattr(dburl, "_SCHEMES", dict(dburl._SCHEMES))
     try:
         dialects.discover()
+        # Declared by its package, loaded at its first use.
+        assert "mq_cli.backends.toy.dialect" not in sys.modules
         assert dialects.get("toy").url.schemes == ("toy",)
 
         url = f"toy:///{tmp_path}/toy.db"
@@ -169,8 +181,8 @@ def test_a_fourth_dialect_is_one_package(tmp_path, monkeypatch):
         assert json.loads(mq("stats", "--json")).get("jobs", {"ready": 0})["ready"] == 0
         assert f"reachable: toy:{tmp_path}/toy.db" in mq("check")
     finally:
-        sys.modules.pop("mq_cli.backends.toy", None)
-        sys.modules.pop("mq_cli.backends.toy.dialect", None)
+        for name in ("toy", "toy.url", "toy.dialect"):
+            sys.modules.pop(f"mq_cli.backends.{name}", None)
 
 
 def test_no_dialect_imports_another():
@@ -244,3 +256,38 @@ def test_only_the_dialect_modules_test_a_dialects_name():
             ]
             found += [f"{where}:{node.lineno}: {v!r}" for v in literals if v.lower() in names]
     assert found == []
+
+
+def test_a_command_loads_only_its_own_databases_dialect(tmp_path):
+    """Each dialect is declared at import (its URL form) and loaded at its first use:
+    `mq enqueue` on SQLite runs without another module of MariaDB's or PostgreSQL's,
+    and `mq check` on a MariaDB URL it cannot reach without SQLite's or PostgreSQL's."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from mq_cli.cli.main import cli\n"
+        "result = CliRunner().invoke(cli, sys.argv[1:])\n"
+        "loaded = sorted({m.split('.')[2] for m in sys.modules  # beyond its URL form\n"
+        "                 if m.startswith('mq_cli.backends.') and m.count('.') == 3\n"
+        "                 and not m.endswith('.url')})\n"
+        "print(result.exit_code, ' '.join(loaded))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MQ_")}
+    env.update(XDG_DATA_HOME=str(tmp_path / "data"), XDG_CONFIG_HOME=str(tmp_path / "config"))
+
+    def loaded(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", script, *args],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert loaded("enqueue", "-q", "jobs", '{"n": 1}') == "0 sqlite"
+    unreachable = "mysql://mq@127.0.0.1:1/none?connect_timeout=1"
+    code, dialects = loaded("--database", unreachable, "check").split(" ", 1)
+    assert code != "0" and dialects == "mysql"

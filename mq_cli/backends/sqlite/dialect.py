@@ -15,9 +15,10 @@ from mq_cli.backends.dialects import Dialect, OpenOptions, register
 from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
 from mq_cli.backends.sqlcore import SqlBackend, Tx
 from mq_cli.backends.sqlfiles import queries as dialect_queries
+from mq_cli.backends.sqlite import url as sqlite_url
 from mq_cli.backends.sqlite.wal import WalGuard
-from mq_cli.core.dburl import DatabaseSettings, UrlForm, redact_url
-from mq_cli.core.errors import ConfigError, DatabaseError, MqError, SchemaMissing
+from mq_cli.core.dburl import DatabaseSettings
+from mq_cli.core.errors import DatabaseError, MqError, SchemaMissing
 from mq_cli.core.version import SCHEMA_VERSION
 
 # Two writer processes on one file are served unfairly (FIELD-NOTES, trap 5): a
@@ -261,27 +262,6 @@ def insert_in_transaction(
         raise DatabaseError(f"SQLite: {exc}") from exc
 
 
-def parse_url(url: str, parts: Any, query: dict[str, str]) -> DatabaseSettings:
-    """sqlite:///rel.db -> "rel.db"; sqlite:////abs.db -> "/abs.db" (SQLAlchemy's rule)."""
-    from urllib.parse import unquote
-
-    path = url.split(":///", 1)[1] if ":///" in url else ""
-    path = path.split("?", 1)[0]
-    if not path:
-        raise ConfigError(
-            f"bad database URL {redact_url(url)!r}: give a file, e.g. sqlite:////var/lib/mq/mq.db "
-            "(absolute) or sqlite:///mq.db (relative)"
-        )
-    return DatabaseSettings(kind="sqlite", path=unquote(path))
-
-
-def default_path() -> str:
-    data_home = os.environ.get("XDG_DATA_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "share"
-    )
-    return os.path.join(data_home, "mq", "mq.db")
-
-
 def _open(settings: DatabaseSettings, table: str, options: OpenOptions) -> SqliteBackend:
     # The embedded default must work with zero setup: the schema is made unless told not.
     return SqliteBackend(
@@ -295,15 +275,7 @@ def _open(settings: DatabaseSettings, table: str, options: OpenOptions) -> Sqlit
 
 register(
     Dialect(
-        url=UrlForm(
-            kind="sqlite",
-            schemes=("sqlite",),
-            shown=("sqlite://",),
-            parse=parse_url,
-            describe=lambda settings: f"sqlite:{settings.path}",
-            file=True,
-            zero_config=lambda: DatabaseSettings(kind="sqlite", path=default_path()),
-        ),
+        url=sqlite_url.FORM,
         backend=SqliteBackend,
         open=_open,
         ddl=ddl,
