@@ -200,9 +200,11 @@ def test_second_signal_while_the_handler_loads_gives_the_message_back(db, tmp_pa
     assert db.sql("SELECT status, error_count FROM mq_messages") == [("ready", 0)]
 
 
-def test_a_drain_with_nothing_to_run_ends_the_handler_it_launched(db, tmp_path):
+def test_a_drain_with_nothing_to_run_never_imports_the_handler(db, tmp_path):
     # The handler's child starts while the drain connects, before anything is
-    # claimed; with nothing to run, the drain ends it, whatever its import does.
+    # claimed, but imports the handler only once the drain has a message for it:
+    # a cron drain of an empty queue runs none of the application's import-time
+    # code, and leaves no process behind.
     importing = tmp_path / "importing"
     drain = db.spawn(
         "drain", "-q", "jobs", "--handler", "tests.blocked_import:step", "--json",
@@ -211,9 +213,62 @@ def test_a_drain_with_nothing_to_run_ends_the_handler_it_launched(db, tmp_path):
     out, err = drain.communicate(timeout=120)
     assert drain.returncode == 0, err
     assert json.loads(out)["ended"] == "empty"
-    if importing.exists():  # it got as far as the import: it is gone all the same
-        with pytest.raises(ProcessLookupError):
-            os.kill(int(importing.read_text()), 0)
+    assert not importing.exists()
+    assert _processes_with(f"MQ_TEST_IMPORTING={importing}") == []
+
+
+def test_a_drain_held_up_before_its_claim_never_imports_the_handler(sqlite_db, tmp_path):
+    # The same, where the drain's child has long been up before the drain finds the
+    # queue empty: another writer holds the file while the drain wants to claim.
+    # Once the child waits on its pipe (or, as it used to, began the import), the
+    # writer lets go.
+    import sqlite3
+
+    assert sqlite_db.run("init").exit_code == 0
+    writer = sqlite3.connect(sqlite_db.url.split(":///", 1)[1], isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    importing = tmp_path / "importing"
+    drain = sqlite_db.spawn(
+        "drain", "-q", "jobs", "--handler", "tests.blocked_import:step", "--json",
+        env=sqlite_db.env(MQ_TEST_IMPORTING=str(importing)),
+    )  # fmt: skip
+
+    def child_waits_or_imports() -> bool:
+        children = set(_processes_with(f"MQ_TEST_IMPORTING={importing}")) - {drain.pid}
+        return importing.exists() or any("pipe" in _wchan(pid) for pid in children)
+
+    try:
+        wait_for(child_waits_or_imports, timeout=120)
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    out, err = drain.communicate(timeout=120)
+    assert drain.returncode == 0, err
+    assert json.loads(out)["ended"] == "empty"
+    assert not importing.exists()
+    assert _processes_with(f"MQ_TEST_IMPORTING={importing}") == []
+
+
+def _wchan(pid: int) -> str:
+    """Where in the kernel ``pid`` waits ("anon_pipe_read": a read on a pipe)."""
+    try:
+        with open(f"/proc/{pid}/wchan") as wchan:
+            return wchan.read()
+    except OSError:
+        return ""
+
+
+def _processes_with(entry: str) -> list[int]:
+    """The processes whose environment holds ``entry`` (NAME=value)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as environ:
+                if entry.encode() in environ.read().split(b"\0"):
+                    found.append(int(pid))
+        except OSError:  # gone meanwhile, or not ours to read
+            pass
+    return found
 
 
 #: the drain's words when its watchdog fenced the running handler (session.py)

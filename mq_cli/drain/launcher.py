@@ -1,11 +1,12 @@
 """The runner each queue's handlers run in, the first one launched early.
 
-A Python handler's child takes ~30 ms to start (more with a heavy app's
-imports), and the drain spends longer than that connecting to its database
-before its first claim. So the first queue's runner is launched at the start,
-its child loading the handler while the drain connects, and handed to that
-queue when it is drained; a drain that never gets there (nothing to run, the
-queue paused or busy, a stop) ends it unused.
+A Python handler's child takes ~30 ms to start Python, and the drain spends
+longer than that connecting to its database before its first claim. So the
+first queue's runner is launched at the start, its child's Python starting
+while the drain connects, and handed to that queue when it is drained. The
+child imports the handler only at the first message (worker.py: Worker.load):
+a drain that never gets there (nothing to run, the queue paused or busy, a
+stop) ends it unused, and no import-time code of the application ran.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ prints on stdout/stderr never corrupt the protocol.
 Frames on RFD and WFD: ``>IQ`` (header length, body length), a JSON header,
 raw body bytes; nothing the parent reads can execute code.
 
+- parent -> child, once: ``{"load": true}`` when it has a message for it (or
+  will wait for one: ``--wait``); only then does the child import the handler,
+  so a drain that finds nothing to run never runs the handler's import
 - child -> parent, once: ``{"ready": true}`` or ``{"ready": false, "error": ...}``
 - then, per message, frames with no header and a fixed binary start (a JSON
   header costs more than a trivial handler):
@@ -43,7 +46,7 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from functools import partial
 
@@ -66,6 +69,7 @@ ONE_US = timedelta(microseconds=1)
 MAX_HEADER = 1 << 20
 READ_CHUNK = 1 << 16
 MAX_READ = 1 << 20
+LOAD: dict[str, object] = {"load": True}  # the drain's go: import the handler now
 
 
 class ProtocolError(Exception):
@@ -317,9 +321,11 @@ def _skip_upto(cfd: int, current: int) -> int:
             current = max(current, number)
 
 
-def _serve(handler: object, fmt: str, rfd: int, wfd: int, cfd: int) -> None:
+def _serve(
+    handler: object, fmt: str, rfd: int, wfd: int, cfd: int, buffer: FrameBuffer | None = None
+) -> None:
     global _handler_running
-    buffer = FrameBuffer()  # may hold messages sent ahead, read with an earlier one
+    buffer = buffer or FrameBuffer()  # may hold messages sent ahead, read with an earlier one
     drain = select.poll()
     drain.register(rfd, 0)  # no events asked: poll still reports POLLHUP/POLLERR
     drain.register(cfd, select.POLLIN)
@@ -353,6 +359,12 @@ def main(argv: list[str]) -> int:
     # SIGTERM too.
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _no_op)
+    buffer = FrameBuffer()
+    go = _read_frame(rfd, buffer)
+    if go is None:  # the drain ended with nothing to run: the handler was never imported
+        return 0
+    if go[0] != LOAD:
+        raise ProtocolError(f"expected {LOAD!r}, got {go[0]!r}")
     try:
         handler = load(path)
     except HandlerNotFound as exc:
@@ -365,34 +377,10 @@ def main(argv: list[str]) -> int:
     threading.Thread(target=_watch_drain, args=(rfd,), name="mq-watch-drain", daemon=True).start()
     try:
         write_all(wfd, encode_frame({"ready": True}))
-        _serve(handler, fmt, rfd, wfd, cfd)
+        _serve(handler, fmt, rfd, wfd, cfd, buffer)
     except BrokenPipeError:  # the drain died while we ran a handler
         pass
     return 0
-
-
-def _child_path() -> list[str]:
-    """The worker's sys.path: ours (a test's, a cron job's venv started by absolute
-    path), with the current directory last.
-
-    Handlers next to where mq runs stay importable, but a `json.py` planted in a
-    directory others can write must not shadow the standard library, site-packages
-    or mq itself, as it would first on the path (where `python -m` puts it).
-    """
-    cwd = os.getcwd()
-    entries = [entry for entry in sys.path if entry not in ("", cwd)]
-    return list(dict.fromkeys([*entries, cwd]))
-
-
-def _worker_argv(path: str, fmt: str, fds: Sequence[int]) -> list[str]:
-    # -I: nothing from the current directory, PYTHONPATH or the user site goes
-    # before the standard library; the path we hand over is set before any
-    # import of mq's (PYTHONPATH would also come before the standard library).
-    boot = (
-        f"import sys; sys.path[:] = {_child_path()!r}; "
-        "from mq_cli.runners.child import main; sys.exit(main(sys.argv[1:]))"
-    )
-    return [sys.executable, "-I", "-c", boot, path, fmt, *map(str, fds)]
 
 
 if __name__ == "__main__":

@@ -5,10 +5,10 @@ timeout that always works is killing a process. One child serves many
 messages, not an interpreter start each; after a timeout or a crash the next
 message gets a fresh child.
 
-Messages are sent ahead (up to WINDOW of them): the child starts the next
-one as soon as the last one ends, while the drain records the last result
-in the database, so the pipe round trip costs no throughput. What was sent
-but has not started can be taken back (a stop, a message no longer held).
+Messages are sent ahead (up to WINDOW of them): the child starts the next one as
+soon as the last one ends, while the drain records the last result in the
+database, so the pipe round trip costs no throughput. What was sent but has not
+started can be taken back (a stop, a message no longer held).
 
 What the handler prints (stdout and stderr) comes back on a pipe of its own
 and goes to the drain's stderr, cut to its end after each message as an
@@ -94,8 +94,8 @@ class PythonRunner:
         self._get_ready(Pacer(None, lambda: None, 3600.0))
 
     def launch(self) -> None:
-        """Start the child without waiting for it: it loads the handler while the drain
-        connects; start() or the first message waits for it, close() kills it unused."""
+        """Start the child without waiting: start() or the first message has it import
+        the handler; close() ends it unused, the handler never imported."""
         if self._child is None:
             self._launch()
 
@@ -106,8 +106,7 @@ class PythonRunner:
             if not self._child.exited():
                 return None
             self._discard()
-        if self._child is None:
-            self._launch()
+        (self._child or self._launch()).load()  # the handler's import starts now
         failed = self._ready(pacer)
         if failed is None:
             self._ready_once = True
@@ -357,10 +356,11 @@ class PythonRunner:
                 if not buffer.has_frame():
                     return self._died()
 
-    def _launch(self) -> None:
+    def _launch(self) -> Worker:
         self._forget()
         self._child = Worker(self.path, self.fmt, self.hide, self._output)
         self._killed = self._greeted = False
+        return self._child
 
     def _ready(self, pacer: Pacer) -> Outcome | None:
         """Wait for the child's 'ready'; an Outcome if it died or never got ready."""

@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 import select
 import subprocess
+import sys
 from collections.abc import Sequence
 
 from mq_cli.core.errors import HandlerNotFound
 from mq_cli.runners import fence
-from mq_cli.runners.child import FrameBuffer, _worker_argv
+from mq_cli.runners.child import LOAD, FrameBuffer, encode_frame
 from mq_cli.runners.handlers import handler_environ, storable
 from mq_cli.runners.output import Tail
 from mq_cli.runners.process import _above_stdio, _pidfd, kill_group, kill_handler, wait_exited
@@ -35,6 +36,30 @@ def not_loaded(path: str, error: str | None) -> HandlerNotFound:
         f"handler {path!r} could not be loaded ({error}); "
         f"run `python -c 'import {module}'` to see why"
     )
+
+
+def _child_path() -> list[str]:
+    """The worker's sys.path: ours (a test's, a cron job's venv started by absolute
+    path), with the current directory last.
+
+    Handlers next to where mq runs stay importable, but a `json.py` planted in a
+    directory others can write must not shadow the standard library, site-packages
+    or mq itself, as it would first on the path (where `python -m` puts it).
+    """
+    cwd = os.getcwd()
+    entries = [entry for entry in sys.path if entry not in ("", cwd)]
+    return list(dict.fromkeys([*entries, cwd]))
+
+
+def _worker_argv(path: str, fmt: str, fds: Sequence[int]) -> list[str]:
+    # -I: nothing from the current directory, PYTHONPATH or the user site goes
+    # before the standard library; the path we hand over is set before any
+    # import of mq's (PYTHONPATH would also come before the standard library).
+    boot = (
+        f"import sys; sys.path[:] = {_child_path()!r}; "
+        "from mq_cli.runners.child import main; sys.exit(main(sys.argv[1:]))"
+    )
+    return [sys.executable, "-I", "-c", boot, path, fmt, *map(str, fds)]
 
 
 class Worker:
@@ -75,6 +100,7 @@ class Worker:
             os.set_blocking(fd, False)
         self.wfd, self.rfd, self.cfd, self.ofd = p2c_w, c2p_r, ctl_w, out_r
         self.pidfd = _pidfd(self.proc.pid)
+        self.loading = False  # told to import the handler (load())
         self.output = output
         self.output_poller = select.poll()  # has_output(): a look without a failed read
         self.output_poller.register(out_r, select.POLLIN)
@@ -88,6 +114,16 @@ class Worker:
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    def load(self) -> None:
+        """Tell the child to import the handler (once): it waits for this, so a child
+        started early and never needed runs none of the handler's code."""
+        if not self.loading:
+            self.loading = True
+            try:
+                os.write(self.wfd, encode_frame(LOAD))  # the first bytes: the pipe takes them
+            except BrokenPipeError:  # it died: the wait for its "ready" says how
+                pass
 
     def exited(self) -> bool:
         return self.proc.poll() is not None
