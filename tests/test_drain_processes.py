@@ -203,8 +203,9 @@ def test_second_signal_while_the_handler_loads_gives_the_message_back(db, tmp_pa
 def test_a_drain_with_nothing_to_run_never_imports_the_handler(db, tmp_path):
     # The handler's child starts while the drain connects, before anything is
     # claimed, but imports the handler only once the drain has a message for it:
-    # a cron drain of an empty queue runs none of the application's import-time
-    # code, and leaves no process behind.
+    # a cron drain of an empty queue imports the handler's module only in its own
+    # check of the path (tests/blocked_import.py does not block there), and
+    # leaves no process behind.
     importing = tmp_path / "importing"
     drain = db.spawn(
         "drain", "-q", "jobs", "--handler", "tests.blocked_import:step", "--json",

@@ -6,7 +6,8 @@ first queue's runner is launched at the start, its child's Python starting
 while the drain connects, and handed to that queue when it is drained. The
 child imports the handler only at the first message (worker.py: Worker.load):
 a drain that never gets there (nothing to run, the queue paused or busy, a
-stop) ends it unused, and no import-time code of the application ran.
+stop) ends it unused, the handler's module imported only by the drain's own
+check of the path (startfail.plan), not a second time in a child killed mid-way.
 """
 
 from __future__ import annotations
