@@ -9,7 +9,7 @@ raw body bytes; nothing the parent reads can execute code.
 
 - parent -> child, once: ``{"load": true}`` when it has a message for it (or
   will wait for one: ``--wait``); only then does the child import the handler,
-  so a drain that finds nothing to run never runs the handler's import
+  so a child that a drain with nothing to run ends unused never imports it
 - child -> parent, once: ``{"ready": true}`` or ``{"ready": false, "error": ...}``
 - then, per message, frames with no header and a fixed binary start (a JSON
   header costs more than a trivial handler):

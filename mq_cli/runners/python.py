@@ -5,10 +5,10 @@ timeout that always works is killing a process. One child serves many
 messages, not an interpreter start each; after a timeout or a crash the next
 message gets a fresh child.
 
-Messages are sent ahead (up to WINDOW of them): the child starts the next one as
-soon as the last one ends, while the drain records the last result in the
-database, so the pipe round trip costs no throughput. What was sent but has not
-started can be taken back (a stop, a message no longer held).
+Messages are sent ahead (up to WINDOW of them): the child starts the next
+one as soon as the last one ends, while the drain records the last result
+in the database, so the pipe round trip costs no throughput. What was sent
+but has not started can be taken back (a stop, a message no longer held).
 
 What the handler prints (stdout and stderr) comes back on a pipe of its own
 and goes to the drain's stderr, cut to its end after each message as an

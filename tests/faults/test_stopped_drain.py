@@ -33,8 +33,8 @@ pytestmark = pytest.mark.slow
 
 STALLED_AFTER = 2.0
 #: the second drain's: it holds its lease only while heartbeats land within
-#: stalled_after's margin, and a loaded machine may delay one by more than 2 s
-#: allows (its own fence would then end m1, rightly); gc runs before it starts
+#: stalled_after's margin, and a loaded machine may delay one past what 2 s
+#: allows (its own guard would then end m1, rightly); gc runs before it starts
 SECOND_STALLED_AFTER = 60.0
 #: a deadline that only a hang reaches
 HANG = 60.0

@@ -4,8 +4,8 @@
 ``server.py`` (the session's options, what the server is), ``errors.py`` (error
 codes to mq's errors), ``packet.py`` (what fits in the server's
 max_allowed_packet), ``inflight.py`` (a success's DELETE sent ahead through
-PyMySQL), ``mysql.sql`` (every statement). Importing this package declares the dialect (its URLs); its first use imports
-``dialect.py``, which registers the rest.
+PyMySQL), ``mysql.sql`` (every statement). Importing this package declares the
+dialect (its URLs); its first use imports ``dialect.py``, which registers the rest.
 """
 
 from __future__ import annotations

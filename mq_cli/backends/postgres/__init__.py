@@ -7,7 +7,8 @@ answers behind the URL: poolers, standbys, search_path), ``horizon.py`` (what
 holds the vacuum horizon), ``claims.py`` (claims, and claims that acknowledge),
 ``inflight.py`` (a success's DELETE sent ahead), ``schema.py`` (its part of
 `mq init`), ``postgres.sql`` (every statement). Importing this package declares
-the dialect (its URLs); its first use imports ``dialect.py``, which registers the rest.
+the dialect (its URLs); its first use imports ``dialect.py``, which registers
+the rest.
 """
 
 from __future__ import annotations
