@@ -98,7 +98,7 @@ class Drain:
             plan = startfail.plan(self.config, self.options, self.session.open_backend)
             self.runlog.queues = [queue.name for queue, _ in plan]
             if plan and not early:
-                self.launcher.launch(*plan[0])  # its child starts while we connect
+                self.launcher.launch(*plan[0])  # its child's Python starts while we connect
             if self.options.max_seconds:
                 self.session.deadline = started + self.options.max_seconds
             # This database's and table's slots: never another config's (slots.py).
@@ -179,10 +179,10 @@ class Drain:
         waiter = self.waiting.waiter(queue) if self.options.wait else None
         self.acks.retries_due = []
         try:
-            # A cron drain does not start the runner: a Python handler's child
-            # starts with the first batch, so an empty queue costs no second
-            # process. A waiting drain starts it now: the first message it is
-            # woken for should not wait ~100 ms for an interpreter.
+            # A cron drain's child (launched at the start) imports the handler at
+            # the first batch, so an empty queue costs no second import. A waiting
+            # drain has it import now: the first message it is woken for should
+            # not wait for the handler's imports.
             if waiter is not None:
                 runner.start()
             idle = waiting.WAIT_POLL_MIN
