@@ -331,7 +331,7 @@ def purge(state: State, queue: str, status: str | None, yes: bool, force: bool) 
     when it starts is deleted, in batches of 1,000. With no --status the
     queue's unique-key tombstones (see unique_retention) go too. Processing
     and stalled messages may be running in a drain: they stay unless --force
-    (dead drains' go with --status stalled). Each state means what `mq list
+    (those of dead drains: --status stalled). Each state means what `mq list
     --status` shows: ready never includes delayed.
 
     \b
