@@ -288,3 +288,33 @@ def test_api_ids_with_a_queue_act_within_it_only(db, console):
     assert ids_of(db, "mail") == theirs
     line = audit(console.client())[0]
     assert (line["queue"], line["ids"], line["count"]) == ("thumbs", [mine], 1)
+
+
+def test_a_run_past_one_chunk_is_one_audit_line(db, console):
+    """2,500 messages: three transactions of at most 1,000, one request, one line."""
+    payloads = [str(i) for i in range(2500)]
+    assert db.run("enqueue", "-q", "thumbs", "--silent", *payloads).exit_code == 0
+    operator = console.client()
+    fields, action, body = confirmation(
+        operator, "/queues/thumbs/confirm?action=delete&state=ready"
+    )
+    assert count_shown(body) == ("exact", 2500)
+    done = operator.post(action, {**fields, "csrf_token": operator.token()})
+    assert said(done) == "deleted 2500 message(s)"
+    assert stats(db)["thumbs"]["ready"] == 0
+    assert [(e["action"], e["count"]) for e in audit(operator)] == [("delete", 2500)]
+
+
+def test_api_ids_without_a_queue_are_recorded_under_theirs(db, console):
+    fail_messages(db, 1)
+    assert db.run("enqueue", "-q", "thumbs", "--silent", "1").exit_code == 0
+    (mail,), (thumbs,) = ids_of(db, "mail"), ids_of(db, "thumbs")
+    status, answer = api(console, "delete", {"ids": [mail]})
+    assert (status, answer["done"]) == (200, 1)
+    assert audit(console.client())[0]["queue"] == "mail"  # where the id was
+    assert db.run("enqueue", "-q", "mail", "--silent", "2").exit_code == 0
+    (again,) = ids_of(db, "mail")
+    status, answer = api(console, "delete", {"ids": [again, thumbs]})
+    assert (status, answer["done"]) == (200, 2)
+    line = audit(console.client())[0]
+    assert line["queue"] is None and sorted(line["ids"]) == sorted([again, thumbs])

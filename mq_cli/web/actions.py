@@ -96,8 +96,10 @@ def confirm(queue: str) -> str:
     elif action == "purge":
         if status == "processing" and not force:
             raise ConfigError("purging processing messages needs force (a drain may run them)")
-        kept = ("processing", "stalled") if status is None and not force else ()
-        count = mq().count(queue, status) - sum(mq().count(queue, s) for s in kept)
+        counts = mq().stats(queue)[queue]  # as `mq stats` counts; without force no claim
+        kept = () if force else ("processing", "stalled")
+        states = [status] if status else [s for s in STATES if s not in kept]
+        count = sum(getattr(counts, s) for s in states)
         target = url_for("actions.purge", queue=queue)
     else:
         count = mq().count(queue, action.split("-", 1)[1])
