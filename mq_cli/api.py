@@ -20,7 +20,7 @@ from mq_cli.core.config import (
     validate_table_name,
 )
 from mq_cli.core.errors import ConfigError
-from mq_cli.core.models import ByIdResult, GcReport, Listing, Message, QueueStats
+from mq_cli.core.models import STATES, ByIdResult, GcReport, Listing, Message, QueueStats
 from mq_cli.drain import slots
 from mq_cli.ops import produce
 
@@ -343,15 +343,14 @@ class MQ:
             f"queues: {', '.join(existing) or 'none'}"
         )
 
-    def count(self, queue: str, status: str | None = None) -> int:
-        """How many live messages a queue holds (of one status)."""
+    def count(self, queue: str, state: str | None = None) -> int:
+        """How many live messages a queue holds (in one of STATES), as `mq stats` counts."""
         counts = self.stats(queue)[queue]
-        by_status = {
-            "ready": counts.ready + counts.delayed,
-            "processing": counts.processing + counts.stalled,
-            "failed": counts.failed,
-        }
-        return sum(by_status.values()) if status is None else by_status[status]
+        return sum(getattr(counts, s) for s in (STATES if state is None else [state]))
+
+    def last_id(self, queue: str) -> int:
+        """The highest id ``queue`` has held (0: none): what an action confirmed now acts up to."""
+        return self._reader.last_id(validate_queue_name(queue)) or 0
 
     def purge(
         self,
@@ -359,12 +358,13 @@ class MQ:
         status: str | None = None,
         on_progress: Callable[[int], None] | None = None,
         force: bool = False,
+        upto: int | None = None,
     ) -> int:
-        """Delete a queue's messages (of one status), in bounded batches; how many.
-        `processing` ones (maybe running now) only with ``force``."""
+        """Delete a queue's messages (in one of STATES), up to id ``upto`` if given, in
+        bounded batches; how many. Claimed ones (maybe running now) only with ``force``."""
         from mq_cli.ops import operate
 
-        return operate.purge(self.backend, queue, status, on_progress, force=force)
+        return operate.purge(self.config, self.backend, queue, status, on_progress, force, upto)
 
 
 def connect(config: str | None = None, database: str | None = None) -> MQ:

@@ -8,7 +8,17 @@ import re
 
 import pytest
 
-from tests.webconsole import EVIL, OPERATOR, VIEWER, Server, basic, fail_messages, write_config
+from tests.webconsole import (
+    EVIL,
+    OPERATOR,
+    VIEWER,
+    Server,
+    basic,
+    confirmation,
+    count_shown,
+    fail_messages,
+    write_config,
+)
 
 
 @pytest.fixture
@@ -50,7 +60,15 @@ def test_the_done_when_list(db, tmp_path, console):
     )
     assert json.loads(db.run("stats", "--json").output)["mail"]["failed"] == 5
 
-    done = operator.post("/queues/mail/messages", {**form, "csrf_token": operator.token()})
+    # an action without its confirmation (no upto): refused, nothing changed
+    assert (
+        operator.post("/queues/mail/messages", {**form, "csrf_token": operator.token()}).status
+        == 400
+    )
+    assert json.loads(db.run("stats", "--json").output)["mail"]["failed"] == 5
+    fields, target, shown = confirmation(operator, "/queues/mail/confirm?action=retry&state=failed")
+    assert count_shown(shown) == ("exact", 5)
+    done = operator.post(target, {**fields, "csrf_token": operator.token()})
     assert done.status == 200 and "requeued 5 message(s)" in done.body  # the redirect's page
     counts = json.loads(db.run("stats", "--json").output)["mail"]
     assert (counts["ready"], counts["failed"]) == (5, 0)
@@ -130,12 +148,16 @@ def test_pause_resume_requeue_and_purge_with_its_typed_confirmation(db, tmp_path
     assert json.loads(db.run("stats", "--json").output)["mail"]["paused"] is True
     assert operator.post("/queues/mail/resume", {"csrf_token": token}).status == 200
     assert json.loads(db.run("stats", "--json").output)["mail"]["paused"] is False
-    requeued = operator.post("/queues/mail/requeue", {"csrf_token": token, "kind": "failed"})
-    assert "requeued 2 failed message(s)" in requeued.body
-    refused = operator.post("/queues/mail/purge", {"csrf_token": token, "confirm": "mai"})
+    fields, target, shown = confirmation(operator, "/queues/mail/confirm?action=requeue-failed")
+    assert count_shown(shown) == ("exact", 2)
+    requeued = operator.post(target, {**fields, "csrf_token": token})
+    assert "failed messages of mail: 2 back to ready" in requeued.body
+    fields, target, shown = confirmation(operator, "/queues/mail/confirm?action=purge")
+    assert count_shown(shown) == ("exact", 2) and "type <strong>mail</strong>" in shown
+    refused = operator.post(target, {**fields, "csrf_token": token, "confirm": "mai"})
     assert refused.status == 400 and "type the queue" in refused.body
     assert json.loads(db.run("stats", "--json").output)["mail"]["ready"] == 2
-    purged = operator.post("/queues/mail/purge", {"csrf_token": token, "confirm": "mail"})
+    purged = operator.post(target, {**fields, "csrf_token": token, "confirm": "mail"})
     assert "deleted 2 message(s)" in purged.body
     whats = [entry["action"] for entry in operator.get("/api/actions").json()]
     assert whats == ["purge", "requeue-failed", "resume", "pause"]

@@ -1,9 +1,11 @@
 """What the console's tests share: a config with an operator and a viewer, failed messages,
-a real `mq web` process, and an HTTP client that keeps its cookies (urllib)."""
+a real `mq web` process, an HTTP client that keeps its cookies (urllib), and what an
+action's confirmation page shows and posts."""
 
 from __future__ import annotations
 
 import base64
+import html
 import http.cookiejar
 import json
 import re
@@ -145,3 +147,35 @@ def wait_for(check: Any, what: str, deadline: float = 120.0) -> Any:
         if time.monotonic() > end:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.1)
+
+
+# -- the confirmation page of an action (mq_cli/web/templates/confirm.html) ---------------
+
+
+def confirmation(client, path: str) -> tuple[dict, str, str]:
+    """The confirmation page's count and its form: (fields, action URL, page text)."""
+    page = client.get(path)
+    assert page.status == 200, page.body
+    form = re.search(r'<form class="confirm" method="post" action="([^"]+)">(.*?)</form>',
+                     page.body, re.DOTALL)  # fmt: skip
+    assert form is not None, page.body
+    fields: dict = {}
+    for name, value in re.findall(
+        r'<input type="hidden" name="([^"]+)" value="([^"]*)">', form.group(2)
+    ):
+        fields.setdefault(name, []).append(html.unescape(value))
+    return fields, html.unescape(form.group(1)), page.body
+
+
+def said(answer) -> str:
+    """The flash lines of the page an action redirected to."""
+    return " | ".join(
+        html.unescape(s)
+        for s in re.findall(r'<p class="flash [^"]*" role="status">(.*?)</p>', answer.body)
+    )
+
+
+def count_shown(body: str) -> tuple[str, int]:
+    found = re.search(r'data-count="(\d+)" data-exact="(exact|at least)"', body)
+    assert found is not None, body
+    return found.group(2), int(found.group(1))

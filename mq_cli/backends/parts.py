@@ -155,7 +155,9 @@ class OperatePart(Protocol):
 
     def purge(self, queue: str, status: str | None, up_to_id: int, limit: int) -> int:
         """Delete up to ``limit`` messages of ``queue`` with id <= ``up_to_id``: of
-        ``status``, or (None) every live one; status "done" deletes tombstones. How many."""
+        ``status``, or (None) every live one; status "done" deletes tombstones. How many.
+        "ready" is the state (due now), "delayed" the ones not due yet; "processing"
+        every claimed message, stalled ones too (ops.operate tells the two apart)."""
 
     def owner_counts(self, queue: str, stalled_after: float) -> list[tuple[str | None, int, int]]:
         """(owner, processing messages, of them with a heartbeat older than

@@ -183,6 +183,9 @@ class SqlOperate:
     def purge(self, queue: str, status: str | None, up_to_id: int, limit: int) -> int:
         if status is None:
             return self.db._change(self.db._sql["purge_live"], (queue, up_to_id, limit))
+        if status in ("ready", "delayed"):  # the states: ready never includes delayed
+            name = "purge_due" if status == "ready" else "purge_delayed"
+            return self.db._change(self.db._sql[name], (queue, up_to_id, limit))
         params = (queue, *stored_statuses(status), up_to_id, limit)
         return self.db._change(self.db._sql["purge_status"], params)
 

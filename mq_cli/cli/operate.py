@@ -18,9 +18,12 @@ from mq_cli.cli.common import Progress, State, _duration, cli, json_option, pass
 if TYPE_CHECKING:
     from mq_cli.core.models import GcReport, Message
 
-# as models.STATUSES; written out so that `mq --help` need not import the models
-STATUSES = ("ready", "processing", "failed")
+# as models.STATES; written out so that `mq --help` need not import the models
 STATES = ("ready", "delayed", "processing", "stalled", "failed")
+PURGE_STATUS = (
+    "Only the messages in this state, as `mq list --status` shows it: ready leaves delayed "
+    "ones; stalled is what `mq gc --stalled --delete` deletes; processing needs --force."
+)
 
 
 class MessageId(click.ParamType):
@@ -316,11 +319,9 @@ def _by_id(state: State, action: str, ids: tuple[int, ...], force: bool) -> None
 
 @cli.command()
 @queue_option(required=True)
-@click.option("--status", type=click.Choice(STATUSES), help="Only the messages in this state.")
+@click.option("--status", type=click.Choice(STATES), help=PURGE_STATUS)
 @click.option("-y", "--yes", is_flag=True, help="Do not ask (needed when stdin is no terminal).")
-@click.option(
-    "--force", is_flag=True, help="Delete processing messages too (a drain may be running them)."
-)
+@click.option("--force", is_flag=True, help="Delete processing messages too (maybe running).")
 @pass_state
 def purge(state: State, queue: str, status: str | None, yes: bool, force: bool) -> None:
     """Delete a queue's messages (or one state's); asks first.
@@ -329,12 +330,14 @@ def purge(state: State, queue: str, status: str | None, yes: bool, force: bool) 
     --yes and, without it, exits 2 having deleted nothing. Only what exists
     when it starts is deleted, in batches of 1,000. With no --status the
     queue's unique-key tombstones (see unique_retention) go too. Processing
-    messages may be running in a drain: they stay unless --force (those of
-    dead drains go with `mq gc --stalled --delete`).
+    and stalled messages may be running in a drain: they stay unless --force
+    (those of dead drains: --status stalled). Each state means what `mq list
+    --status` shows: ready never includes delayed.
 
     \b
     Example:  mq purge -q load-test
               mq purge -q mail --status failed --yes
+              mq purge -q mail --status delayed --yes
     """
     what = f"{status} message(s)" if status else "message(s)"
     if status == "processing" and not force:
@@ -348,9 +351,7 @@ def purge(state: State, queue: str, status: str | None, yes: bool, force: bool) 
             raise click.UsageError(
                 "purge deletes messages: add --yes (stdin is no terminal to ask)"
             )
-        count = state.mq.count(queue, status)
-        if status is None and not force:
-            count -= state.mq.count(queue, "processing")
+        count = state.mq.count(queue, status) - (0 if status or force else _claimed(state, queue))
         click.confirm(f"Delete {count} {what} of queue {queue}?", abort=True)
     progress = Progress(f"deleting from {queue}")
     try:
@@ -358,11 +359,15 @@ def purge(state: State, queue: str, status: str | None, yes: bool, force: bool) 
     finally:
         progress.close()
     click.echo(f"deleted {deleted} {what} from queue {queue}")
-    if status is None and not force and (held := state.mq.count(queue, "processing")):
+    if status is None and not force and (held := _claimed(state, queue)):
         click.echo(
             f"kept {held} processing message(s): a drain may be running them (--force deletes "
             "them too; those of dead drains: mq gc --stalled --delete)"
         )
+
+
+def _claimed(state: State, queue: str) -> int:  # what a purge without --force keeps
+    return state.mq.count(queue, "processing") + state.mq.count(queue, "stalled")
 
 
 # -- check ---------------------------------------------------------------------------

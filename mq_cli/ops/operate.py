@@ -311,22 +311,27 @@ def change_by_id(backend: Backend, action: str, ids: Sequence[int], force: bool)
 
 
 def purge(
+    config: Config,
     backend: Backend,
     queue: str,
     status: str | None = None,
     on_progress: Callable[[int], None] | None = None,
     force: bool = False,
+    upto: int | None = None,
 ) -> int:
-    """Delete a queue's messages (of one status), in bounded batches; how many.
+    """Delete a queue's messages (those in one of STATES), in bounded batches; how many.
 
-    Only what exists when it starts: messages enqueued meanwhile stay. With no
-    status the queue's unique-key tombstones go too (not counted: not messages).
-    `processing` messages may be running in a drain right now: they are kept
-    unless ``force`` (as `mq delete` refuses them without --force).
+    Only what exists when it starts (or up to id ``upto``): messages enqueued
+    meanwhile stay. Each state means what `mq list --status` shows: "ready" leaves
+    delayed messages alone, "stalled" is what `mq gc --stalled --delete` deletes,
+    "processing" the live claims. With no status the queue's unique-key
+    tombstones go too (not counted: not messages). Claimed messages may be
+    running in a drain right now: with no status they are kept unless ``force``,
+    and "processing" needs ``force`` (as `mq delete` refuses them without --force).
     """
     validate_queue_name(queue)
-    if status is not None and status not in STATUSES:
-        raise ConfigError(f"status must be one of {', '.join(STATUSES)}, not {status!r}")
+    if status is not None and status not in STATES:
+        raise ConfigError(f"status must be one of {', '.join(STATES)}, not {status!r}")
     if status == "processing" and not force:
         raise ConfigError(
             "purge --status processing deletes messages drains may be running now: add "
@@ -335,8 +340,14 @@ def purge(
     last = backend.last_id(queue)
     if last is None:
         return 0
+    last = last if upto is None else min(last, upto)
+    if status == "stalled":
+        report = Gc(config, backend, "stalled", queues=[queue], action="delete").run()
+        return report.queues[0].changed if report.queues else 0
+    if status == "processing":
+        return _purge_claims(config, backend, queue, last, on_progress)
     deleted = 0
-    for chosen in [status] if status is not None or force else ["ready", "failed"]:
+    for chosen in [status] if status is not None or force else ["ready", "delayed", "failed"]:
         while count := backend.purge(queue, chosen, last, OPERATE_BATCH):
             deleted += count
             if on_progress is not None:
@@ -344,4 +355,32 @@ def purge(
     if status is None:
         while backend.purge(queue, "done", last, OPERATE_BATCH):
             pass
+    return deleted
+
+
+def _purge_claims(
+    config: Config,
+    backend: Backend,
+    queue: str,
+    last: int,
+    on_progress: Callable[[int], None] | None,
+) -> int:
+    """The live claims up to id ``last``: processing as `mq list` tells it, stalled ones kept."""
+    stalled_after = config.queue(queue).stalled_after
+    after = deleted = 0
+    while after < last and (
+        page := backend.list_messages(queue, "processing", after, OPERATE_BATCH)
+    ):
+        after = page[-1].id
+        now = backend.now()
+        dead = backend.dead_owners([m.owner for m in page])
+        ids = [
+            m.id for m in page
+            if m.id <= last and _state(m, now, stalled_after, dead) == "processing"
+        ]  # fmt: skip
+        if ids:
+            count = len(backend.change_by_id("delete", ids, True).done)
+            deleted += count
+            if on_progress is not None and count:
+                on_progress(count)
     return deleted

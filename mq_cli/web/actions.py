@@ -1,101 +1,151 @@
-"""The console's actions (POST, operator role, CSRF token): each one call into ``mq_cli.api``
-with the CLI's semantics, recorded in the audit log, then back to the page it came from.
+"""The console's actions (POST, operator role, CSRF token) and the page that confirms them.
 
-retry / delete: by id, the selected ids, or all that match the queue page's filter
-(bulk.py); requeue the stalled (`mq gc --stalled --requeue -q Q`) or the failed
-(`mq gc --errors --requeue -q Q`); pause and resume; purge, once the queue's name
-is typed to confirm it.
+Every action that changes messages (retry or delete of one message, of the
+selected ones or of all that match a filter; requeue of the stalled, `mq gc
+--stalled --requeue -q Q`, or of the failed, `mq gc --errors --requeue -q Q`;
+purge) is first shown on its confirmation page, ``GET /queues/Q/confirm``: what
+it will do, to how many messages, with which filter or ids. That page holds the
+POST form that does it, with ``upto``, the queue's last id when it was shown,
+so nothing enqueued after the confirmation is touched. A purge, and an action
+on every message of a queue (an empty filter), also need the queue's name
+typed. Ids are acted on only within the queue of the address. Each action is
+one call into ``mq_cli.api`` with the CLI's semantics, and one line of the
+audit log. Pause and resume change no message and need no confirmation.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, flash, jsonify, redirect, request, url_for
+from flask import Blueprint, flash, jsonify, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from mq_cli.core.errors import ConfigError
+from mq_cli.core.models import STATES
 from mq_cli.web import bulk
 from mq_cli.web.context import console, mq, require_operator, wants_json
-from mq_cli.web.pages import current_filter, cursor
+from mq_cli.web.pages import current_filter
 
 blueprint = Blueprint("actions", __name__)
-#: seconds one chunk of "all matching" runs before the page's script gets the progress
-CHUNK_SECONDS = 2.0
-PURGE_STATES = ("ready", "failed", "processing")
+CONFIRMED = ("retry", "delete", "purge", "requeue-stalled", "requeue-failed")
+REQUEUE = {"stalled": "mq gc --stalled --requeue", "failed": "mq gc --errors --requeue"}
 
 
 def _force() -> bool:
-    return request.form.get("force") in ("1", "on", "true")
+    return request.values.get("force") in ("1", "on", "true")
 
 
 def _ids() -> list[int]:
-    raw = request.form.getlist("ids")
-    if not all(part.isdigit() and int(part) > 0 for part in raw):
-        raise ConfigError("ids are message ids: whole numbers from 1")
-    if not raw:
-        raise ConfigError("no message selected")
-    return [int(part) for part in raw]
+    return [bulk.parse_id(raw, "ids") for raw in request.values.getlist("ids")]
+
+
+def _upto() -> int:
+    raw = request.form.get("upto")
+    if raw is None:
+        raise ConfigError(
+            "confirm first: the confirmation page says how many messages this touches "
+            "(the buttons of the queue page lead there)"
+        )
+    return bulk.parse_id(raw, "upto")
+
+
+def _typed(queue: str, what: str) -> None:
+    if request.form.get("confirm") != queue:
+        raise ConfigError(f"type the queue's name ({queue}) to confirm {what}")
+
+
+def _status() -> str | None:
+    status = request.values.get("status") or None
+    if status is not None and status not in STATES:
+        raise ConfigError(f"status is one of {', '.join(STATES)}, not {status!r}")
+    return status
 
 
 def _back(queue: str) -> Response:
     """The queue page, with the filter the action came from."""
     chosen = current_filter()
-    args: dict[str, Any] = {
-        "state": chosen.state,
-        "error": chosen.error,
-        "key": chosen.unique_key,
-    }
+    args: dict[str, Any] = {"state": chosen.state, "error": chosen.error, "key": chosen.unique_key}
     return redirect(url_for("pages.queue", queue=queue, **{k: v for k, v in args.items() if v}))
 
 
-def _record(action: str, queue: str | None, count: int, detail: str) -> None:
-    console().audit.record(require_operator().name, action, queue, count, detail)
+def _record(action: str, queue: str, count: int, detail: str, **fields: Any) -> None:
+    console().audit.record(require_operator().name, action, queue, count, detail, **fields)
+
+
+@blueprint.get("/queues/<queue>/confirm")
+def confirm(queue: str) -> str:
+    """What the action will do and to how many messages; its POST form."""
+    require_operator()
+    mq().require_known(queue)
+    action = request.args.get("action", "")
+    if action not in CONFIRMED:
+        raise ConfigError(f"action must be one of {', '.join(CONFIRMED)}, not {action!r}")
+    chosen, ids, status, force = current_filter(), _ids(), _status(), _force()
+    if request.args.get("scope") == "selected" and not ids:
+        raise ConfigError("no message selected: tick the messages first")
+    upto = mq().last_id(queue)
+    context: dict[str, Any] = {"outside": [], "missing": []}
+    exact = True
+    if action in bulk.ACTIONS and ids:
+        ids, outcome = bulk.split(mq(), queue, ids)
+        count, target = len(ids), url_for("actions.act", queue=queue)
+        context.update(outside=outcome.not_in_queue, missing=outcome.missing)
+    elif action in bulk.ACTIONS:
+        count, exact = bulk.count(mq(), queue, chosen, upto)
+        target = url_for("actions.act", queue=queue)
+    elif action == "purge":
+        if status == "processing" and not force:
+            raise ConfigError("purging processing messages needs force (a drain may run them)")
+        counts = mq().stats(queue)[queue]  # as `mq stats` counts; without force no claim
+        kept = () if force else ("processing", "stalled")
+        states = [status] if status else [s for s in STATES if s not in kept]
+        count = sum(getattr(counts, s) for s in states)
+        target = url_for("actions.purge", queue=queue)
+    else:
+        count = mq().count(queue, action.split("-", 1)[1])
+        target = url_for("actions.requeue", queue=queue)
+    typed = action == "purge" or (action in bulk.ACTIONS and not ids and bulk.empty(chosen))
+    return render_template(
+        "confirm.html", queue=queue, action=action, chosen=chosen, ids=ids, status=status,
+        force=force, upto=upto, count=count, exact=exact, target=target, typed=typed,
+        back=request.args.get("back", ""), requeue=REQUEUE, **context,
+    )  # fmt: skip
 
 
 @blueprint.post("/queues/<queue>/messages")
 def act(queue: str) -> Response:
-    """retry or delete: ``scope`` "selected" (ids) or "matching" (the filter)."""
+    """retry or delete: ``scope`` "selected" (ids of this queue) or "matching" (the
+    filter, up to ``upto``)."""
     require_operator()
     mq().require_known(queue)
     action = bulk.check_action(request.form.get("action", ""))
     force = _force()
+    fields: dict[str, Any] = {"force": force}
+    ids: list[int] = []
     if request.form.get("scope") == "matching":
         chosen = current_filter()
-        chunked = request.form.get("chunked") == "1"
-        outcome = bulk.matching(
-            mq(), queue, action, chosen, force, cursor(), CHUNK_SECONDS if chunked else None
-        )
-        detail = (
-            f"all matching state={chosen.state or 'any'} error={chosen.error or ''!r} "
-            f"key={chosen.unique_key or ''!r} force={force}"
-        )
+        upto = _upto()
+        if bulk.empty(chosen):
+            _typed(queue, f"an action on every message of queue {queue}")
+        outcome = bulk.matching(mq(), queue, action, chosen, force, upto)
+        fields.update(filter=bulk.filter_json(chosen), upto=upto)
+        detail = f"all matching {bulk.describe(chosen)} up to id {upto}"
     else:
         ids = _ids()
-        outcome = bulk.by_ids(mq(), action, ids, force)
-        detail = (
-            f"ids {' '.join(map(str, ids[:50]))}{' ...' if len(ids) > 50 else ''} force={force}"
-        )
-    if outcome.refused:
-        detail += f"; refused (processing) {len(outcome.refused)}"
-    _record(action, queue, outcome.done, detail)
+        done, outcome = bulk.by_ids(mq(), action, queue, ids, force)
+        fields["ids"] = done
+        detail = f"ids {' '.join(map(str, done[:50]))}{' ...' if len(done) > 50 else ''}"
+    if outcome.counts():
+        fields["outcome"] = outcome.counts()
+        detail += "; not done: " + ", ".join(f"{k} {n}" for k, n in outcome.counts().items())
+    _record(action, queue, outcome.done, f"{detail} force={force}", **fields)
     if wants_json():
         return jsonify(outcome.to_json())
-    flash(outcome.summary(action), "warn" if outcome.refused or outcome.missing else "ok")
+    flash(outcome.summary(action, queue), "warn" if outcome.counts() else "ok")
+    if request.form.get("back") == "message" and len(ids) == 1:
+        if not (action == "delete" and outcome.done):
+            return redirect(url_for("pages.message", ident=ids[0]))
     return _back(queue)
-
-
-@blueprint.post("/messages/<int:ident>/act")
-def act_one(ident: int) -> Response:
-    require_operator()
-    action = bulk.check_action(request.form.get("action", ""))
-    queue = mq().show(ident).queue
-    outcome = bulk.by_ids(mq(), action, [ident], _force())
-    _record(action, queue, outcome.done, f"id {ident} force={_force()}")
-    flash(outcome.summary(action), "warn" if outcome.refused else "ok")
-    if action == "delete" and outcome.done:
-        return redirect(url_for("pages.queue", queue=queue))
-    return redirect(url_for("pages.message", ident=ident))
 
 
 @blueprint.post("/queues/<queue>/pause")
@@ -124,20 +174,24 @@ def resume(queue: str) -> Response:
 
 @blueprint.post("/queues/<queue>/requeue")
 def requeue(queue: str) -> Response:
-    """`mq gc --stalled --requeue -q Q` (kind=stalled) or `mq gc --errors --requeue -q Q`."""
+    """`mq gc --stalled --requeue -q Q` (kind=stalled) or `mq gc --errors --requeue -q Q`:
+    says how many went back to ready, and how many reached max_errors instead."""
     require_operator()
     mq().require_known(queue)
     kind = request.form.get("kind", "")
-    if kind not in ("stalled", "failed"):
+    if kind not in REQUEUE:
         raise ConfigError("kind is stalled or failed")
     report = mq().gc(kind, queues=[queue], action="requeue")
-    result = report.queues[0] if report.queues else None
-    changed = result.changed if result else 0
-    text = f"requeued {changed} {kind} message(s)"
-    if result is not None and result.now_failed:
-        text += f"; {result.now_failed} reached max_errors and are now failed"
-    _record(f"requeue-{kind}", queue, changed, text)
-    flash(text, "ok")
+    changed = sum(r.changed for r in report.queues)
+    failed = sum(r.now_failed for r in report.queues)
+    text = f"{kind} messages of {queue}: {changed - failed} back to ready"
+    if kind == "stalled":
+        text += f"; {failed} reached max_errors and are now failed"
+    _record(
+        f"requeue-{kind}", queue, changed, text,
+        filter={"state": kind}, outcome={"ready": changed - failed, "failed": failed},
+    )  # fmt: skip
+    flash(text, "warn" if failed else "ok")
     return _back(queue)
 
 
@@ -145,13 +199,13 @@ def requeue(queue: str) -> Response:
 def purge(queue: str) -> Response:
     require_operator()
     mq().require_known(queue)
-    if request.form.get("confirm") != queue:
-        raise ConfigError(f"type the queue's name ({queue}) to confirm the purge")
-    status = request.form.get("status") or None
-    if status is not None and status not in PURGE_STATES:
-        raise ConfigError(f"status is one of {', '.join(PURGE_STATES)}")
-    deleted = mq().purge(queue, status, force=_force())
+    _typed(queue, "the purge")
+    status, force, upto = _status(), _force(), _upto()
+    deleted = mq().purge(queue, status, force=force, upto=upto)
     what = f"{status} message(s)" if status else "message(s)"
-    _record("purge", queue, deleted, f"status={status or 'any'} force={_force()}")
+    _record(
+        "purge", queue, deleted, f"status={status or 'any'} up to id {upto} force={force}",
+        filter={"state": status}, upto=upto, force=force,
+    )  # fmt: skip
     flash(f"deleted {deleted} {what} from queue {queue}", "ok")
     return redirect(url_for("pages.queue", queue=queue))

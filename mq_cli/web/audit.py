@@ -1,10 +1,12 @@
 """The record of what operators did through the console: who, what, how many, when.
 
-One JSON object a line, appended to ``web.audit_log`` (created 0600 in a 0700
-directory): each append is a single ``write`` on an ``O_APPEND`` file, so
-several console processes on one host never interleave their lines. The
-console's Actions page shows the newest entries. Each line also goes to the
-"mq.audit" logger, for a host application that collects its logs.
+One JSON object a line, one line an action: the person, the action, the
+queue, how many messages really changed state, and the exact filter or ids.
+Appended to ``web.audit_log`` (created 0600 in a 0700 directory): each
+append is a single ``write`` on an ``O_APPEND`` file, so several console
+processes on one host never interleave their lines. The console's Actions
+page shows the newest entries. Each line also goes to the "mq.audit"
+logger, for a host application that collects its logs.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 from collections import deque
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 from mq_cli.core.errors import ConfigError
 
@@ -22,6 +25,7 @@ log = logging.getLogger("mq.audit")
 #: bytes read from the end of the file for the page: far more than SHOWN lines
 TAIL_BYTES = 1 << 20
 SHOWN = 200
+REQUIRED = ("at", "who", "action", "queue", "count", "detail")
 
 
 @dataclass(frozen=True)
@@ -30,8 +34,18 @@ class Entry:
     who: str
     action: str  # retry, delete, pause, resume, requeue-stalled, requeue-failed, purge
     queue: str | None
-    count: int  # messages changed (pause/resume: 1 if it changed anything)
-    detail: str = ""  # the ids or the filter, what was refused
+    count: int  # messages whose state really changed (pause/resume: 1 if it changed)
+    detail: str = ""  # the same in words, what was refused
+    #: the filter acted on: {"state", "error", "key"} (purge: the state), None for ids
+    filter: dict[str, Any] | None = None
+    #: the ids acted on (all of ``queue``: ids of other queues are never listed)
+    ids: list[int] | None = None
+    #: the queue's last id when the operator confirmed: nothing after it was touched
+    upto: int | None = None
+    force: bool | None = None
+    #: what became of them: requeue {"ready": N, "failed": M}; by id or filter the ones
+    #: not done ({"refused": N, "missing": M, "not_in_queue": K})
+    outcome: dict[str, int] | None = None
 
 
 class AuditLog:
@@ -39,11 +53,20 @@ class AuditLog:
         self.path = path
 
     def record(
-        self, who: str, action: str, queue: str | None, count: int, detail: str = ""
+        self,
+        who: str,
+        action: str,
+        queue: str | None,
+        count: int,
+        detail: str = "",
+        **fields: Any,
     ) -> Entry:
+        """Append one line; ``fields`` are Entry's optional ones (filter, ids, ...)."""
         now = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-        entry = Entry(now, who, action, queue, count, detail)
-        line = json.dumps(asdict(entry), ensure_ascii=False) + "\n"
+        entry = Entry(now, who, action, queue, count, detail, **fields)
+        # the optional fields only where they say something: lines stay short
+        kept = {k: v for k, v in asdict(entry).items() if v is not None or k in REQUIRED}
+        line = json.dumps(kept, ensure_ascii=False) + "\n"
         directory = os.path.dirname(self.path) or "."
         try:
             os.makedirs(directory, mode=0o700, exist_ok=True)

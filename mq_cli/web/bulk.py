@@ -1,11 +1,11 @@
-"""Retry or delete messages by id, or every message a filter matches, in chunks.
+"""Retry or delete messages by id within one queue, or every message a filter matches.
 
 Both go through ``MQ.retry`` / ``MQ.delete``, the calls behind `mq retry` and
 `mq delete`: a processing message is refused unless ``force``, and each chunk
-is its own short transaction. A filter is walked by id (``MQ.browse``), so a
-run can stop after a time budget and go on from where it stopped: the page's
-script posts chunk after chunk and shows the progress; a script's POST or a
-page without script runs to the end in one request.
+of ``CHUNK`` ids is its own short transaction. A filter is walked by id
+(``MQ.browse``) up to ``upto``, the queue's last id when the operator was shown
+the count, so a message enqueued after the confirmation is never touched. A
+run is one request, so it is one line of the audit log.
 """
 
 from __future__ import annotations
@@ -14,12 +14,18 @@ import time
 from dataclasses import dataclass, field
 
 from mq_cli.api import MQ
-from mq_cli.core.errors import ConfigError
+from mq_cli.core.errors import ConfigError, NotFound
 from mq_cli.ops.browse import Filter
 
 ACTIONS = ("retry", "delete")
 #: messages found and changed per step
 CHUNK = 1000
+#: ids one request may name (each is looked up for its queue)
+MAX_IDS = 1000
+#: the largest id a database stores (BIGINT)
+MAX_ID = 2**63 - 1
+#: seconds a confirmation spends counting what a text filter matches
+COUNT_SECONDS = 1.0
 
 
 @dataclass
@@ -27,18 +33,20 @@ class Outcome:
     done: int = 0
     refused: dict[int, str] = field(default_factory=dict)  # id -> the drain holding it
     missing: list[int] = field(default_factory=list)
-    #: where the next chunk starts; None: the filter is walked to its end
-    next_after: int | None = None
+    #: ids that exist in another queue than the one acted on: not touched
+    not_in_queue: list[int] = field(default_factory=list)
+    #: the queues of the ids acted on
+    queues: set[str] = field(default_factory=set)
 
     def to_json(self) -> dict[str, object]:
         return {
             "done": self.done,
             "refused": {str(k): v for k, v in self.refused.items()},
             "missing": self.missing,
-            "next_after": self.next_after,
+            "not_in_queue": self.not_in_queue,
         }
 
-    def summary(self, action: str) -> str:
+    def summary(self, action: str, queue: str | None = None) -> str:
         verb = "requeued" if action == "retry" else "deleted"
         text = f"{verb} {self.done} message(s)"
         if self.refused:
@@ -48,43 +56,123 @@ class Outcome:
             )
         if self.missing:
             text += f"; {len(self.missing)} not found (succeeded or deleted meanwhile)"
+        if self.not_in_queue:
+            text += f"; {len(self.not_in_queue)} not in queue {queue}: not touched"
         return text
 
+    def counts(self) -> dict[str, int]:
+        """What the audit line keeps besides the count: how many were not done, and why."""
+        found = {
+            "refused": len(self.refused),
+            "missing": len(self.missing),
+            "not_in_queue": len(self.not_in_queue),
+        }
+        return {name: n for name, n in found.items() if n}
 
-def check_action(action: str) -> str:
+
+def check_action(action: object) -> str:
     if action not in ACTIONS:
         raise ConfigError(f"action must be one of {', '.join(ACTIONS)}, not {action!r}")
-    return action
+    return str(action)
 
 
-def by_ids(mq: MQ, action: str, ids: list[int], force: bool) -> Outcome:
+def parse_id(raw: str, name: str) -> int:
+    """A message id (or upto) from a form or an address: decimal digits, 0 to MAX_ID."""
+    if not raw.isascii() or not raw.isdecimal() or len(raw) > 19 or int(raw) > MAX_ID:
+        raise ConfigError(f"{name} must be a message id (a whole number), not {raw!r}")
+    return int(raw)
+
+
+def check_ids(ids: list[int]) -> list[int]:
+    if not ids:
+        raise ConfigError("no message selected")
+    if len(ids) > MAX_IDS:
+        raise ConfigError(f"at most {MAX_IDS} ids at a time, not {len(ids)}")
+    return list(dict.fromkeys(ids))
+
+
+def split(mq: MQ, queue: str | None, ids: list[int]) -> tuple[list[int], Outcome]:
+    """The ids of ``queue`` (None: of any queue); the others come back in the outcome,
+    missing or elsewhere. ``Outcome.queues`` names the queues of the ids kept."""
+    inside: list[int] = []
+    outcome = Outcome()
+    for ident in check_ids(ids):
+        try:
+            found = mq.show(ident).queue
+        except NotFound:
+            outcome.missing.append(ident)
+            continue
+        if queue is None or found == queue:
+            inside.append(ident)
+            outcome.queues.add(found)
+        else:
+            outcome.not_in_queue.append(ident)
+    return inside, outcome
+
+
+def by_ids(
+    mq: MQ, action: str, queue: str | None, ids: list[int], force: bool
+) -> tuple[list[int], Outcome]:
+    """Act on those of ``ids`` that are in ``queue`` (None: wherever they are):
+    (the ids acted on, the outcome)."""
+    inside, outcome = split(mq, queue, ids)
+    if inside:
+        change = mq.retry if check_action(action) == "retry" else mq.delete
+        result = change(inside, force)
+        outcome.done = len(result.done)
+        outcome.refused.update(result.refused)
+        outcome.missing += result.missing
+    skipped = set(outcome.refused) | set(outcome.missing)
+    return [i for i in inside if i not in skipped], outcome
+
+
+def empty(chosen: Filter) -> bool:
+    return not (chosen.state or chosen.error or chosen.unique_key)
+
+
+def filter_json(chosen: Filter) -> dict[str, str | None]:
+    """The filter as the audit log and the API write it."""
+    return {"state": chosen.state, "error": chosen.error, "key": chosen.unique_key}
+
+
+def describe(chosen: Filter) -> str:
+    return (
+        f"state={chosen.state or 'any'} error={chosen.error or ''!r} "
+        f"key={chosen.unique_key or ''!r}"
+    )
+
+
+def matching(mq: MQ, queue: str, action: str, chosen: Filter, force: bool, upto: int) -> Outcome:
+    """Act on what ``chosen`` matches in ``queue``, ids up to ``upto``, to the end."""
     change = mq.retry if check_action(action) == "retry" else mq.delete
-    result = change(ids, force)
-    return Outcome(len(result.done), dict(result.refused), list(result.missing))
-
-
-def matching(
-    mq: MQ,
-    queue: str,
-    action: str,
-    chosen: Filter,
-    force: bool,
-    after: int = 0,
-    budget: float | None = None,
-) -> Outcome:
-    """Act on what ``chosen`` matches in ``queue`` from id ``after``; with ``budget``
-    (seconds), stop after the chunk that passes it and say where to go on."""
-    check_action(action)
-    total = Outcome(next_after=after)
-    started = time.monotonic()
-    while total.next_after is not None:
-        page = mq.browse(queue, chosen, total.next_after, CHUNK)
-        if page.messages:
-            part = by_ids(mq, action, [m.id for m in page.messages], force)
-            total.done += part.done
+    total = Outcome()
+    after: int | None = 0
+    while after is not None and after < upto:
+        page = mq.browse(queue, chosen, after, CHUNK)
+        ids = [m.id for m in page.messages if m.id <= upto]
+        if ids:
+            part = change(ids, force)
+            total.done += len(part.done)
             total.refused.update(part.refused)
             total.missing += part.missing
-        total.next_after = page.next_after
-        if budget is not None and time.monotonic() - started >= budget:
-            break
+        after = page.next_after
     return total
+
+
+def count(mq: MQ, queue: str, chosen: Filter, upto: int) -> tuple[int, bool]:
+    """How many messages ``chosen`` matches up to ``upto``, and whether that is exact:
+    from `mq stats` for a state alone; walked for a text, for COUNT_SECONDS at most
+    (then it is a lower bound)."""
+    if not (chosen.error or chosen.unique_key):
+        return mq.count(queue, chosen.state), True
+    found, after = 0, 0
+    started = time.monotonic()
+    while after < upto:
+        page = mq.browse(queue, chosen, after, CHUNK)
+        found += sum(1 for m in page.messages if m.id <= upto)
+        if page.next_after is None:
+            return found, True
+        after = page.next_after
+        if time.monotonic() - started >= COUNT_SECONDS:
+            return found, False
+    return found, True

@@ -3,14 +3,24 @@
 ``GET /api/stats`` is `mq stats --json`, ``GET /api/status`` `mq status --json`,
 ``GET /api/messages?queue=Q&state=S&limit=N`` `mq list --json` (with ``error``,
 ``key`` or ``after``: the queue page's filter, a page at a time), ``GET
-/api/messages/ID`` `mq show ID --json`. ``POST /api/messages/retry`` and
-``/delete`` take ``{"ids": [...]}`` or ``{"queue": Q, "state": S, ...}`` (a
-filter) and ``"force": true``. A POST needs the CSRF token of ``GET /api/csrf``
-in an ``X-CSRFToken`` header, with the session cookie that came with it.
+/api/messages/ID`` `mq show ID --json`.
+
+``POST /api/messages/retry`` and ``/delete`` take a JSON object of these keys
+only (any other is a 400 that names it, a value of another type too):
+``"queue"`` (a string) with a filter, ``"state"``, ``"error"`` (text within
+last_error) and ``"key"`` (the unique key), acting on what it matches up to
+the queue's last id when the request came; an empty filter acts on every
+message of the queue only with ``"all": true``. Or ``"ids"`` (a list of at
+most 1,000 ids), with ``"queue"`` acting only on ids of that queue (the others
+come back in ``"not_in_queue"``, untouched); ``"force": true`` takes
+processing messages too. Each is one line of the audit log, with its filter or
+ids. A POST needs the CSRF token of ``GET /api/csrf`` in an ``X-CSRFToken``
+header, with the session cookie that came with it.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from flask import Blueprint, jsonify, request
@@ -87,31 +97,75 @@ def message(ident: int) -> Response:
     return jsonify(data)
 
 
-@blueprint.post("/messages/<action>")
-def change(action: str) -> Response:
-    user = require_operator()
-    bulk.check_action(action)
+#: the keys a POST /api/messages/ACTION body may hold, and their JSON types
+BODY_KEYS: dict[str, tuple[type, ...]] = {
+    "ids": (list,), "queue": (str,), "state": (str, type(None)), "error": (str, type(None)),
+    "key": (str, type(None)), "force": (bool,), "all": (bool,),
+}  # fmt: skip
+
+
+def _body() -> dict[str, Any]:
+    """The POST's JSON object, every key known and of its type (400 otherwise)."""
     body: Any = request.get_json(silent=True)
     if not isinstance(body, dict):
-        raise ConfigError('send a JSON object: {"ids": [...]} or {"queue": Q, "state": S}')
-    force = body.get("force") is True
+        raise ConfigError('send a JSON object: {"queue": Q, "state": S} or {"ids": [...]}')
+    unknown = sorted(set(body) - set(BODY_KEYS))
+    if unknown:
+        raise ConfigError(
+            f"unknown key(s) {', '.join(map(repr, unknown))}: the keys are "
+            f"{', '.join(BODY_KEYS)} (a filter is state, error, key)"
+        )
+    for name, value in body.items():
+        if not isinstance(value, BODY_KEYS[name]):
+            kinds = " or ".join("null" if k is type(None) else k.__name__ for k in BODY_KEYS[name])
+            raise ConfigError(f"{name} must be {kinds}, not {json.dumps(value)}")
     ids = body.get("ids")
-    if ids is not None:
-        if not isinstance(ids, list) or not all(
-            isinstance(i, int) and not isinstance(i, bool) and i > 0 for i in ids
-        ):
-            raise ConfigError("ids must be a list of message ids (whole numbers from 1)")
-        outcome = bulk.by_ids(mq(), action, ids, force)
-        queue, detail = None, f"api ids {' '.join(map(str, ids[:50]))} force={force}"
-    else:
-        queue = body.get("queue")
-        if not isinstance(queue, str):
-            raise ConfigError('give "ids", or "queue" with a filter')
+    if ids is not None and not all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 < i <= bulk.MAX_ID for i in ids
+    ):
+        raise ConfigError("ids must be a list of message ids (whole numbers from 1)")
+    return body
+
+
+@blueprint.post("/messages/<action>")
+def change(action: str) -> Response:
+    """retry or delete: ids (of ``queue`` if given), or a filter of ``queue`` up to the
+    queue's last id when the request came; an empty filter needs ``"all": true``."""
+    user = require_operator()
+    bulk.check_action(action)
+    body = _body()
+    force = body.get("force", False)
+    chosen = Filter(body.get("state") or None, body.get("error") or None, body.get("key") or None)
+    queue = body.get("queue")
+    if queue is not None:
         mq().require_known(queue)
-        chosen = Filter(body.get("state"), body.get("error"), body.get("unique_key"))
-        outcome = bulk.matching(mq(), queue, action, chosen, force)
-        detail = f"api all matching state={chosen.state or 'any'} force={force}"
-    console().audit.record(user.name, action, queue, outcome.done, detail)
+    fields: dict[str, Any] = {"force": force}
+    if "ids" in body:
+        if not bulk.empty(chosen) or "all" in body:
+            raise ConfigError("ids are acted on as they are: give ids, or a filter, not both")
+        done, outcome = bulk.by_ids(mq(), action, queue, body["ids"], force)
+        if queue is None:  # where the ids were: one queue, else none on the audit line
+            queue = next(iter(outcome.queues)) if len(outcome.queues) == 1 else None
+        fields["ids"] = done
+        detail = f"api ids {' '.join(map(str, done[:50]))}{' ...' if len(done) > 50 else ''}"
+    else:
+        if queue is None:
+            raise ConfigError('give "queue" with a filter (state, error, key), or "ids"')
+        if bulk.empty(chosen) and body.get("all") is not True:
+            raise ConfigError(f'an empty filter acts on every message of {queue}: add "all": true')
+        if body.get("all") and not bulk.empty(chosen):
+            raise ConfigError(
+                '"all": true is for an empty filter; a filter acts on what it matches'
+            )
+        upto = mq().last_id(queue)
+        outcome = bulk.matching(mq(), queue, action, chosen, force, upto)
+        fields.update(filter=bulk.filter_json(chosen), upto=upto)
+        detail = f"api all matching {bulk.describe(chosen)} up to id {upto}"
+    if outcome.counts():
+        fields["outcome"] = outcome.counts()
+    console().audit.record(
+        user.name, action, queue, outcome.done, f"{detail} force={force}", **fields
+    )
     return jsonify(outcome.to_json())
 
 

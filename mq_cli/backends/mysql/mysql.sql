@@ -319,6 +319,16 @@ WHERE queue = %s AND status IN ('ready', 'delayed', 'processing', 'failed') AND 
 -- One status, or 'done': the tombstones of unique keys.
 DELETE FROM `{table}` WHERE queue = %s AND status IN (%s, %s) AND id <= %s LIMIT %s
 
+-- name: purge_due
+-- A bounded batch of a queue's messages that are ready now (`mq list --status
+-- ready`), under either stored status; delayed ones stay (ready never includes them).
+DELETE FROM `{table}` WHERE queue = %s AND status IN ('ready', 'delayed') AND available_at <= UTC_TIMESTAMP(6) AND id <= %s LIMIT %s
+
+-- name: purge_delayed
+-- A bounded batch of a queue's messages not due yet (`mq list --status delayed`):
+-- scheduled, or backing off after a failure.
+DELETE FROM `{table}` WHERE queue = %s AND status IN ('ready', 'delayed') AND available_at > UTC_TIMESTAMP(6) AND id <= %s LIMIT %s
+
 -- name: owned
 -- Which of these messages this drain still holds (after a pause, or a lost reply).
 SELECT id FROM `{table}` WHERE id IN ({ids}) AND owner = %s AND status = 'processing'

@@ -275,6 +275,22 @@ DELETE FROM "{table}" WHERE id IN (
   SELECT id FROM "{table}" WHERE queue = ? AND status IN (?, ?) AND id <= ? LIMIT ?
 )
 
+-- name: purge_due
+-- A bounded batch of a queue's messages that are ready now (`mq list --status
+-- ready`), under either stored status; delayed ones stay (ready never includes them).
+DELETE FROM "{table}" WHERE id IN (
+  SELECT id FROM "{table}"
+  WHERE queue = ? AND status IN ('ready', 'delayed') AND available_at <= {now} AND id <= ? LIMIT ?
+)
+
+-- name: purge_delayed
+-- A bounded batch of a queue's messages not due yet (`mq list --status delayed`):
+-- scheduled, or backing off after a failure.
+DELETE FROM "{table}" WHERE id IN (
+  SELECT id FROM "{table}"
+  WHERE queue = ? AND status IN ('ready', 'delayed') AND available_at > {now} AND id <= ? LIMIT ?
+)
+
 -- name: owned
 -- Which of these messages this drain still holds (after a pause, or a lost reply).
 SELECT id FROM "{table}" WHERE id IN ({ids}) AND owner = ? AND status = 'processing'

@@ -1,6 +1,6 @@
 // The console's only script (its CSP allows no inline one): live refresh of the
-// element marked data-live, keeping the selection; select-all; "all matching"
-// actions posted chunk after chunk with their progress.
+// element marked data-live, keeping the selection; select-all; a confirmation's
+// button that says it is working (the confirmation itself is a page: no script needed).
 "use strict";
 
 function selectedIds() {
@@ -46,53 +46,21 @@ function live(region) {
   window.setInterval(refresh, every);
 }
 
-function chunked(form) {
-  form.addEventListener("submit", async (event) => {
-    const button = event.submitter;
-    if (!button) return;  // no action chosen: let the browser post it as it is
-    event.preventDefault();
-    const progress = form.querySelector("[data-progress]");
-    const region = document.getElementById("live");
-    if (region) region.dataset.paused = "1";
-    const buttons = form.querySelectorAll("button");
-    buttons.forEach((b) => { b.disabled = true; });
-    const data = new FormData(form);
-    data.set("action", button.value);
-    data.set("chunked", "1");
-    let after = "0", done = 0, refused = 0, missing = 0, failed = null;
-    while (after !== null) {
-      data.set("after", after);
-      let response;
-      try {
-        response = await fetch(form.getAttribute("action"), {  // form.action: the button named "action"
-          method: "POST", body: data, credentials: "same-origin",
-          headers: { Accept: "application/json", "X-CSRFToken": data.get("csrf_token") },
-        });
-      } catch (error) {
-        failed = "the console did not answer";
-        break;
-      }
-      const body = await response.json().catch(() => ({}));
-      if (!response.ok) { failed = body.error || ("HTTP " + response.status); break; }
-      done += body.done; refused += Object.keys(body.refused).length; missing += body.missing.length;
-      after = body.next_after === null ? null : String(body.next_after);
-      if (progress) progress.textContent = (button.value === "retry" ? "requeued " : "deleted ") + done + (after === null ? "" : " …");
-    }
-    if (progress) {
-      let text = (button.value === "retry" ? "requeued " : "deleted ") + done + " message(s)";
-      if (refused) text += "; " + refused + " processing refused (tick force)";
-      if (missing) text += "; " + missing + " not found";
-      if (failed) text += "; stopped: " + failed;
-      progress.textContent = text;
-      progress.dataset.finished = "1";
-    }
-    buttons.forEach((b) => { b.disabled = false; });
-    if (region) delete region.dataset.paused;
+function confirming(form) {
+  // The confirmation's POST runs in one request (one audit line); while it runs the
+  // button says so, and a second click cannot send it twice.
+  form.addEventListener("submit", () => {
+    const button = form.querySelector("[data-confirm-button]");
+    if (!button) return;
+    window.setTimeout(() => {
+      button.disabled = true;
+      button.textContent = "working… (this page answers when every message is done)";
+    }, 0);
   });
 }
 
 document.addEventListener("DOMContentLoaded", () => {
   wire(document);
   document.querySelectorAll("[data-live]").forEach(live);
-  document.querySelectorAll("form[data-chunked]").forEach(chunked);
+  document.querySelectorAll("form.confirm").forEach(confirming);
 });
