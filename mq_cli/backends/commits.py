@@ -73,7 +73,8 @@ def store_once(
                     "retry safe"
                 ) from cause
     raise ConnectionLost(
-        f"lost the connection {TRIES} times before the enqueue's COMMIT: nothing was stored"
+        f"lost the connection {TRIES} times before a batch of {count} message(s) "
+        "committed: that batch was not stored"
     )
 
 

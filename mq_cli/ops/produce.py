@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from mq_cli.backends.base import Backend
 from mq_cli.core import payloads
 from mq_cli.core.durations import parse_duration
-from mq_cli.core.errors import ConfigError, InputRejected, PayloadTooLarge
+from mq_cli.core.errors import CommitUnknown, ConfigError, InputRejected, MqError, PayloadTooLarge
 from mq_cli.drain import wakeup
 
 # A batch is committed when it holds this many messages or this many bytes.
@@ -56,25 +56,36 @@ def batches(
     options: Options,
 ) -> Iterator[list[int | None]]:
     """Store ``(label, payload)`` items in batches, yielding each batch's ids once
-    committed; at the first rejected item, what came before it is committed and
-    yielded, then InputRejected names the item. ``fifo_dir``: the database's
+    committed. At the first rejected item, what came before it is committed and
+    yielded, then InputRejected names the item; when a batch cannot be stored, its
+    error is raised. Either error then says what the whole command stored (how
+    many, their ids) and from which item on nothing was (:class:`Progress`), and
+    carries the stored ids as ``stored_ids``. ``fifo_dir``: the database's
     directory of this host's wake-up FIFOs (``slots.database_dir``)."""
     o = options
     check_options(o.priority, o.unique_key, o.delay)
     backend = open_backend()
     batch: list[bytes] = []
+    first = last = ""  # the labels of the batch's first and last items
     size = 0
-    stored = 0
+    done = Progress()
     check = payloads.checker(o.fmt)
     fits = backend.payload_fits
 
-    def store(batch: list[bytes]) -> list[int | None]:
-        ids = backend.enqueue(
-            queue, batch, delay=o.delay, priority=o.priority, unique_key=o.unique_key, wake=o.wake
-        )
+    def store(batch: list[bytes], first: str, last: str) -> list[int | None]:
+        try:
+            ids = backend.enqueue(
+                queue, batch, delay=o.delay, priority=o.priority, unique_key=o.unique_key,
+                wake=o.wake,
+            )  # fmt: skip
+        except MqError as exc:
+            exc.args = (f"{exc}\n{done.failed_at(first, last, exc)}",)
+            exc.stored_ids = done.ids
+            raise
         if not o.delay and any(i is not None for i in ids):
             # Committed and ready: drains waiting on this host start it now.
             wakeup.notify(fifo_dir(), queue)
+        done.add(ids)
         return ids
 
     try:
@@ -89,25 +100,70 @@ def batches(
                     check(data)
                 except ValueError as exc:
                     raise InputRejected(f"{label}: {exc} (queue {queue!r} is {o.fmt})") from None
+            first, last = (first if batch else label), label
             batch.append(data)
             size += len(data)
             if len(batch) >= BATCH_MESSAGES or size >= BATCH_BYTES:
-                yield store(batch)
-                stored += len(batch)
+                yield store(batch, first, last)
                 batch, size = [], 0
     except InputRejected as exc:
         if batch:
-            yield store(batch)
-            stored += len(batch)
-        raise type(exc)(f"{exc}\n{_stored_note(stored)}") from None
+            yield store(batch, first, last)
+        error = type(exc)(f"{exc}\n{done.rejected()}")
+        error.stored_ids = done.ids
+        raise error from None
     if batch:
-        yield store(batch)
+        yield store(batch, first, last)
 
 
-def _stored_note(count: int) -> str:
-    if count == 0:
-        return "nothing was stored"
-    return (
-        f"the {count} message(s) before it were stored (their ids are printed); "
-        "it and everything after it were not"
-    )
+class Progress:
+    """What an enqueue stored so far, and the sentences that say so when it stops."""
+
+    #: more runs of ids than this are said as their count and bounds
+    RUNS = 4
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.skipped = 0  # unique key taken
+
+    def add(self, ids: list[int | None]) -> None:
+        new = [i for i in ids if i is not None]
+        self.ids += new
+        self.skipped += len(ids) - len(new)
+
+    def rejected(self) -> str:
+        """At a rejected item: it and what follows were not stored."""
+        if not self.ids and not self.skipped:
+            return "nothing was stored"
+        return f"the {self._stored()} before it were stored, {self._which()}; it and everything after it were not stored"
+
+    def failed_at(self, first: str, last: str, error: MqError) -> str:
+        """The batch of items ``first`` to ``last`` could not be stored (``error``)."""
+        before = bool(self.ids or self.skipped)
+        head = f"{self._stored()} before {first} were stored, {self._which()}"
+        if isinstance(error, CommitUnknown):  # that batch is in doubt, not the rest
+            span = first if first == last else f"{first} to {last}"
+            if not before:
+                head = f"nothing before {first} was stored"
+            return f"{head}; {span} may have been stored (above); everything after {last} was not stored"
+        if not before:
+            return "nothing was stored"
+        return f"{head}; {first} and everything after it were not stored"
+
+    def _stored(self) -> str:
+        skipped = f", {self.skipped} skipped (unique key taken)" if self.skipped else ""
+        return f"{len(self.ids)} message(s){skipped}"
+
+    def _which(self) -> str:
+        """The ids, as runs (``1-1000, 2001-2500``), or their count and bounds."""
+        if not self.ids:
+            return "no ids"
+        runs: list[list[int]] = []
+        for i in sorted(self.ids):
+            if runs and i == runs[-1][1] + 1:
+                runs[-1][1] = i
+            else:
+                runs.append([i, i])
+        if len(runs) > self.RUNS:
+            return f"ids {runs[0][0]} to {runs[-1][1]} in {len(runs)} runs (`mq list` shows which)"
+        return "ids " + ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in runs)
