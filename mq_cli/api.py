@@ -148,13 +148,12 @@ class MQ:
         At the first rejected item the messages before it are committed (and
         yielded), then InputRejected names the item; nothing after it is stored.
         """
-        config = self.queue(queue)
         yield from produce.batches(
             lambda: self.backend,
             lambda: slots.database_dir(self.config),
             queue,
             items,
-            produce.Options(config.format, config.notify, delay, priority, unique_key, validate),
+            produce.Options.of(self.queue(queue), delay, priority, unique_key, validate),
         )
 
     # -- consuming --------------------------------------------------------

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from mq_cli.backends.base import Backend
 from mq_cli.core import payloads
-from mq_cli.core.durations import parse_duration
+from mq_cli.core.config import QueueConfig
+from mq_cli.core.durations import format_duration, parse_duration
 from mq_cli.core.errors import CommitUnknown, ConfigError, InputRejected, MqError, PayloadTooLarge
 from mq_cli.drain import wakeup
 
@@ -46,6 +47,18 @@ class Options:
     priority: int
     unique_key: str | None
     validate: bool
+    #: the queue's unique_retention as this config sets it: whether a keyed retry
+    #: after a COMMIT mq cannot vouch for is safe (retry_advice)
+    unique_retention: float = 0.0
+
+    @classmethod
+    def of(
+        cls, queue: QueueConfig, delay: float, priority: int, key: str | None, validate: bool
+    ) -> Options:
+        """The options of an enqueue to ``queue`` (its config)."""
+        return cls(
+            queue.format, queue.notify, delay, priority, key, validate, queue.unique_retention
+        )
 
 
 def batches(
@@ -79,7 +92,8 @@ def batches(
                 wake=o.wake,
             )  # fmt: skip
         except MqError as exc:
-            exc.args = (f"{exc}\n{done.failed_at(first, last, exc)}",)
+            advice = f"\n{retry_advice(queue, o)}" if isinstance(exc, CommitUnknown) else ""
+            exc.args = (f"{exc}{advice}\n{done.failed_at(first, last, exc)}",)
             exc.stored_ids = done.ids
             raise
         if not o.delay and any(i is not None for i in ids):
@@ -116,6 +130,24 @@ def batches(
         yield store(batch, first, last)
 
 
+def retry_advice(queue: str, o: Options) -> str:
+    """What to do after CommitUnknown: the batch's rows are not there (never stored,
+    or stored and run already). A keyed retry is safe only where a run message's
+    key outlives it (unique_retention); with the default 0 it would store again."""
+    if o.unique_key is not None and o.unique_retention > 0:
+        return (
+            "enqueue again with the same unique key within "
+            f"{format_duration(o.unique_retention)} (the unique_retention of queue {queue!r}): "
+            "a message that was stored is then skipped, even if a drain has run it"
+        )
+    return (
+        f"look (`mq list -q {queue}`) before enqueueing again: if it is not there, it was "
+        "either never stored or stored and run already, and a retry may run it twice. "
+        "A unique key makes such a retry safe only on a queue whose unique_retention "
+        f"keeps keys after the run (it is {format_duration(o.unique_retention) if o.unique_retention else 0} here)"
+    )
+
+
 class Progress:
     """What an enqueue stored so far, and the sentences that say so when it stops."""
 
@@ -143,9 +175,8 @@ class Progress:
         head = f"{self._stored()} before {first} were stored, {self._which()}"
         if isinstance(error, CommitUnknown):  # that batch is in doubt, not the rest
             span = first if first == last else f"{first} to {last}"
-            if not before:
-                head = f"nothing before {first} was stored"
-            return f"{head}; {span} may have been stored (above); everything after {last} was not stored"
+            doubt = f"{span} may have been stored (above); everything after {last} was not stored"
+            return f"{head}; {doubt}" if before else doubt
         if not before:
             return "nothing was stored"
         return f"{head}; {first} and everything after it were not stored"
