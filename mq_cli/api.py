@@ -126,12 +126,11 @@ class MQ:
         """Store many messages, encoded per the queue's format, in batched transactions."""
         fmt = self.queue(queue).format
         items = ((f"message {i}", payloads.encode(v, fmt)) for i, v in enumerate(values, 1))
-        ids: list[int | None] = []
-        for batch in self.enqueue_stream(
-            queue, items, delay=delay, priority=priority, unique_key=unique_key, validate=False
-        ):
-            ids.extend(batch)
-        return ids
+        return produce.collect(
+            self.enqueue_stream(
+                queue, items, delay=delay, priority=priority, unique_key=unique_key, validate=False
+            )
+        )
 
     def enqueue_stream(
         self,

@@ -72,8 +72,8 @@ def batches(
     committed. At the first rejected item, what came before it is committed and
     yielded, then InputRejected names the item; when a batch cannot be stored, its
     error is raised. Either error then says what the whole command stored (how
-    many, their ids) and from which item on nothing was (:class:`Progress`), and
-    carries the stored ids as ``stored_ids``. ``fifo_dir``: the database's
+    many, their ids) and from which item on nothing was (:class:`Progress`).
+    ``fifo_dir``: the database's
     directory of this host's wake-up FIFOs (``slots.database_dir``)."""
     o = options
     check_options(o.priority, o.unique_key, o.delay)
@@ -94,7 +94,6 @@ def batches(
         except MqError as exc:
             advice = f"\n{retry_advice(queue, o)}" if isinstance(exc, CommitUnknown) else ""
             exc.args = (f"{exc}{advice}\n{done.failed_at(first, last, exc)}",)
-            exc.stored_ids = done.ids
             raise
         if not o.delay and any(i is not None for i in ids):
             # Committed and ready: drains waiting on this host start it now.
@@ -123,11 +122,22 @@ def batches(
     except InputRejected as exc:
         if batch:
             yield store(batch, first, last)
-        error = type(exc)(f"{exc}\n{done.rejected()}")
-        error.stored_ids = done.ids
-        raise error from None
+        raise type(exc)(f"{exc}\n{done.rejected()}") from None
     if batch:
         yield store(batch, first, last)
+
+
+def collect(stream: Iterable[list[int | None]]) -> list[int | None]:
+    """Every batch's ids, in order (``MQ.enqueue_many``). An error that stops the
+    stream part way carries the ids stored before it as ``stored_ids``."""
+    ids: list[int | None] = []
+    try:
+        for batch in stream:
+            ids.extend(batch)
+    except MqError as exc:
+        exc.stored_ids = [i for i in ids if i is not None]
+        raise
+    return ids
 
 
 def retry_advice(queue: str, o: Options) -> str:
@@ -140,38 +150,58 @@ def retry_advice(queue: str, o: Options) -> str:
             f"{format_duration(o.unique_retention)} (the unique_retention of queue {queue!r}): "
             "a message that was stored is then skipped, even if a drain has run it"
         )
+    kept = format_duration(o.unique_retention) if o.unique_retention else "0"
     return (
         f"look (`mq list -q {queue}`) before enqueueing again: if it is not there, it was "
         "either never stored or stored and run already, and a retry may run it twice. "
         "A unique key makes such a retry safe only on a queue whose unique_retention "
-        f"keeps keys after the run (it is {format_duration(o.unique_retention) if o.unique_retention else 0} here)"
+        f"keeps keys after the run (it is {kept} here)"
     )
 
 
 class Progress:
-    """What an enqueue stored so far, and the sentences that say so when it stops."""
+    """What an enqueue stored so far, in bounded memory (a stream may be any length):
+    the count, and the ids as runs up to RUNS of them, then only their bounds; and the
+    sentences that say so when the enqueue stops."""
 
     #: more runs of ids than this are said as their count and bounds
     RUNS = 4
 
     def __init__(self) -> None:
-        self.ids: list[int] = []
+        self.count = 0
         self.skipped = 0  # unique key taken
+        self.runs: list[list[int]] = []  # [low, high], the first RUNS of them
+        self.run_count = 0
+        self.low = self.high = self.last = 0
 
     def add(self, ids: list[int | None]) -> None:
-        new = [i for i in ids if i is not None]
-        self.ids += new
+        new = sorted(i for i in ids if i is not None)
         self.skipped += len(ids) - len(new)
+        for i in new:
+            if self.count and i == self.last + 1:  # the run goes on
+                if self.run_count <= self.RUNS:
+                    self.runs[-1][1] = i
+            else:
+                self.run_count += 1
+                if self.run_count <= self.RUNS:
+                    self.runs.append([i, i])
+            self.low = min(self.low, i) if self.count else i
+            self.high = max(self.high, i)
+            self.count += 1
+            self.last = i
 
     def rejected(self) -> str:
         """At a rejected item: it and what follows were not stored."""
-        if not self.ids and not self.skipped:
+        if not self.count and not self.skipped:
             return "nothing was stored"
-        return f"the {self._stored()} before it were stored, {self._which()}; it and everything after it were not stored"
+        return (
+            f"the {self._stored()} before it were stored, {self._which()}; "
+            "it and everything after it were not stored"
+        )
 
     def failed_at(self, first: str, last: str, error: MqError) -> str:
         """The batch of items ``first`` to ``last`` could not be stored (``error``)."""
-        before = bool(self.ids or self.skipped)
+        before = bool(self.count or self.skipped)
         head = f"{self._stored()} before {first} were stored, {self._which()}"
         if isinstance(error, CommitUnknown):  # that batch is in doubt, not the rest
             span = first if first == last else f"{first} to {last}"
@@ -183,18 +213,12 @@ class Progress:
 
     def _stored(self) -> str:
         skipped = f", {self.skipped} skipped (unique key taken)" if self.skipped else ""
-        return f"{len(self.ids)} message(s){skipped}"
+        return f"{self.count} message(s){skipped}"
 
     def _which(self) -> str:
-        """The ids, as runs (``1-1000, 2001-2500``), or their count and bounds."""
-        if not self.ids:
+        """The ids, as runs (``1-1000, 2001-2500``), or their bounds and how many runs."""
+        if not self.count:
             return "no ids"
-        runs: list[list[int]] = []
-        for i in sorted(self.ids):
-            if runs and i == runs[-1][1] + 1:
-                runs[-1][1] = i
-            else:
-                runs.append([i, i])
-        if len(runs) > self.RUNS:
-            return f"ids {runs[0][0]} to {runs[-1][1]} in {len(runs)} runs (`mq list` shows which)"
-        return "ids " + ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in runs)
+        if self.run_count > self.RUNS:
+            return f"ids {self.low} to {self.high} in {self.run_count} runs (`mq list` shows which)"
+        return "ids " + ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in self.runs)
