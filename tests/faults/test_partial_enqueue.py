@@ -136,3 +136,46 @@ def test_an_enqueue_cut_at_its_third_batch_says_what_was_stored(faulty, silent):
     held = _table(db)
     assert sorted(held) == list(range(1, TOTAL + 1))
     assert {n for n, ids in held.items() if len(ids) != 1} == set()  # each line once
+
+
+@pytest.mark.parametrize("kind", ["mysql", "postgres"])
+def test_an_enqueue_whose_server_goes_at_the_third_commit_says_what_it_cannot_vouch_for(
+    kind, request
+):
+    """The third batch's COMMIT is dropped and the server is gone from then on: not
+    even PostgreSQL's commit log can be asked, so that batch is in doubt (exit 3),
+    and what came before and after it is said as surely as above."""
+    db: Db = request.getfixturevalue("fault_mysql" if kind == "mysql" else "fault_pg")
+    proxy = Proxy(_target(db))
+    line = b": %d}" % CUT
+    proxy.drop_commits_after(line, line.hex().encode(), then_down=True)
+    try:
+        env = {"MQ_DATABASE_URL": _through(db, proxy.port)}
+        result = db.run(
+            "enqueue",
+            "-q",
+            "jobs",
+            "--lines",
+            "--silent",
+            input=_lines(range(1, TOTAL + 1)),
+            env=env,
+        )
+    finally:
+        proxy.close()
+    assert result.exit_code == 3 and proxy.dropped == 1, result.output
+    assert "Traceback" not in result.output and "nothing was stored" not in result.stderr
+    said = _said(result.stderr)
+    held = _table(db)
+    assert said.stored == sum(map(len, held.values())) == 2 * BATCH_MESSAGES
+    assert said.ids == {i for ids in held.values() for i in ids}
+    assert said.unknown == range(CUT, CUT + BATCH_MESSAGES), result.stderr
+    assert "look (`mq list -q jobs`)" in result.stderr  # no key: no retry advised blindly
+    again = [n for n in said.unknown if n not in held] + list(
+        range(said.not_stored_from, TOTAL + 1)
+    )
+    assert (
+        db.run("enqueue", "-q", "jobs", "--lines", "--silent", input=_lines(again)).exit_code == 0
+    )
+    held = _table(db)
+    assert sorted(held) == list(range(1, TOTAL + 1))
+    assert {n for n, ids in held.items() if len(ids) != 1} == set()
