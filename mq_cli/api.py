@@ -126,12 +126,11 @@ class MQ:
         """Store many messages, encoded per the queue's format, in batched transactions."""
         fmt = self.queue(queue).format
         items = ((f"message {i}", payloads.encode(v, fmt)) for i, v in enumerate(values, 1))
-        ids: list[int | None] = []
-        for batch in self.enqueue_stream(
-            queue, items, delay=delay, priority=priority, unique_key=unique_key, validate=False
-        ):
-            ids.extend(batch)
-        return ids
+        return produce.collect(
+            self.enqueue_stream(
+                queue, items, delay=delay, priority=priority, unique_key=unique_key, validate=False
+            )
+        )
 
     def enqueue_stream(
         self,
@@ -148,13 +147,12 @@ class MQ:
         At the first rejected item the messages before it are committed (and
         yielded), then InputRejected names the item; nothing after it is stored.
         """
-        config = self.queue(queue)
         yield from produce.batches(
             lambda: self.backend,
             lambda: slots.database_dir(self.config),
             queue,
             items,
-            produce.Options(config.format, config.notify, delay, priority, unique_key, validate),
+            produce.Options.of(self.queue(queue), delay, priority, unique_key, validate),
         )
 
     # -- consuming --------------------------------------------------------

@@ -12,7 +12,10 @@ class Proxy:
     hold every byte in both directions and let them go, as a server whose writes
     stall (a cluster's view change) would; ``lose_reply_after(marker)`` holds every
     reply from the statement containing ``marker`` on (``commit``: from the COMMIT
-    that follows it on), as a connection lost before that reply would."""
+    that follows it on), as a connection lost before that reply would;
+    ``drop_commits_after(marker)`` cuts each connection that sent ``marker`` at its next
+    COMMIT, which never reaches the server (every try of that transaction alike, or,
+    ``then_down``, the one try: the server is then gone)."""
 
     def __init__(self, target: tuple[str, int]):
         self.target = target
@@ -33,6 +36,9 @@ class Proxy:
         self._marker: bytes | None = None
         self._at_commit = False
         self._marked = False
+        self._drop_after: tuple[bytes, ...] = ()
+        self._down_after_drop = False
+        self.dropped = 0  # COMMITs that drop_commits_after kept from the server
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -56,10 +62,16 @@ class Proxy:
             threading.Thread(target=self._pipe, args=(server, client, False), daemon=True).start()
 
     def _pipe(self, source: socket.socket, sink: socket.socket, asks: bool) -> None:
+        marked = False  # this connection sent drop_commits_after's marker
         try:
             while data := source.recv(65536):
                 self.flowing.wait()
                 if asks:
+                    marked = marked or any(m in data for m in self._drop_after)
+                    if marked and (b"\x03COMMIT" in data or b"COMMIT\x00" in data):
+                        self.dropped += 1
+                        self.accepting = self.accepting and not self._down_after_drop
+                        break  # the COMMIT goes nowhere; both ends close below
                     self._watch(data)
                 else:
                     self.replies.wait()
@@ -95,6 +107,14 @@ class Proxy:
         self._marked = False
         self._at_commit = commit
         self._marker = marker
+
+    def drop_commits_after(self, *marker: bytes, then_down: bool = False) -> None:
+        """Any of ``marker`` (the forms a value may travel in: MySQL's text, the hex of
+        PostgreSQL's bytea) marks a connection; its next COMMIT (MySQL's COM_QUERY,
+        PostgreSQL's simple query) is not forwarded and the connection is cut;
+        ``then_down``: and no new connection gets through (as ``down()``)."""
+        self._drop_after = marker
+        self._down_after_drop = then_down
 
     def cut(self) -> None:
         with self.lock:

@@ -112,6 +112,16 @@ def test_enqueue_many_stops_at_the_first_bad_value(db):
     assert [json.loads(p) for _, p in rows(db)] == [{"n": 1}, {"n": 2}]
 
 
+def test_an_enqueue_that_stops_part_way_carries_the_ids_it_stored(db):
+    values = [{"n": n} for n in range(1500)] + [{"bad": {1, 2}}]
+    with mq_cli.connect(database=db.url) as mq, pytest.raises(InputRejected) as caught:
+        mq.enqueue_many("q", values)
+    stored = [i for i, _ in rows(db)]
+    assert len(stored) == 1500 and caught.value.stored_ids == stored
+    low, high = min(stored), max(stored)
+    assert f"the 1500 message(s) before it were stored, ids {low}-{high}" in str(caught.value)
+
+
 def test_enqueue_options(db):
     with mq_cli.connect(database=db.url) as mq:
         first = mq.enqueue("q", {}, priority=7, unique_key="k1", delay=60)

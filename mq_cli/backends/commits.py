@@ -4,7 +4,7 @@ A lost connection before the COMMIT went out rolled the transaction back, so the
 batch is stored again on a new connection. One lost at the COMMIT leaves it
 unknown whether the server committed: the dialect finds out (PostgreSQL asks
 its commit log, :func:`txid_committed`; MariaDB looks for the rows), and where
-it cannot tell, CommitUnknown says so and names unique_key, the safe retry.
+it cannot tell, CommitUnknown says so (and the enqueue, what retry is safe).
 """
 
 from __future__ import annotations
@@ -66,14 +66,16 @@ def store_once(
             if outcome:
                 return stored[0]
             if outcome is None:
+                # What to do is the caller's to say (ops/produce.retry_advice): it
+                # knows the queue's unique_retention, without which a unique key
+                # cannot stop a retry of a message that was stored and run.
                 raise CommitUnknown(
                     f"{cause}; the connection was lost at the COMMIT of {count} message(s) "
-                    "and mq cannot tell whether they were stored: look (`mq list`) before "
-                    "enqueueing them again, or enqueue with a unique_key, which makes a "
-                    "retry safe"
+                    "and mq cannot tell whether they were stored"
                 ) from cause
     raise ConnectionLost(
-        f"lost the connection {TRIES} times before the enqueue's COMMIT: nothing was stored"
+        f"lost the connection {TRIES} times before a batch of {count} message(s) "
+        "committed: that batch was not stored"
     )
 
 

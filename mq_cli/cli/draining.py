@@ -79,7 +79,8 @@ def drain(
     Silent on success (cron mails any output); failures go to stderr.
     A database that goes away is waited for up to the run's end (a plain
     cron drain: 30 s); exit 3 only if it is still away then. --json
-    prints what ran on every exit, and why the run ended ("ended").
+    prints what ran on every exit, and why the run ended ("ended"); it adds
+    up: claimed = succeeded + failed + returned + unrecorded + left.
 
     \b
     --processes N starts N such drains of each queue at once, as N crontab

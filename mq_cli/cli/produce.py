@@ -58,7 +58,11 @@ def init(state: State, print_sql: bool) -> None:
 @click.option(
     "--unique-key", metavar="KEY", help="Skip if the queue still holds a message with KEY."
 )
-@click.option("--silent", is_flag=True, help="Do not print the new ids.")
+@click.option(
+    "--silent",
+    is_flag=True,
+    help="Do not print the new ids (if mq stops part way, stderr still gives the stored ones).",
+)
 @pass_state
 def enqueue(
     state: State,
@@ -77,6 +81,9 @@ def enqueue(
     as one message, or one per line (--lines), or NUL-separated (-0). A json
     queue (the default format) rejects invalid JSON: mq stops at the first bad
     item, keeps what it stored before it, names it (line N) and exits 1.
+    Input is stored in batches of 1,000; a batch the database cannot store
+    stops mq too (exit 3). Either way stderr then says, even with --silent,
+    how many were stored and their ids, and from which line on nothing was.
 
     \b
     Examples:

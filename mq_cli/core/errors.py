@@ -18,6 +18,9 @@ class MqError(Exception):
     #: set when the error ends a drain: its report (drain.report.DrainReport) of what it
     #: did until then, which `mq drain --json` prints before the error
     report: Any = None
+    #: set when ``MQ.enqueue_many`` stops part way (a value rejected, a batch not
+    #: stored): the ids of the messages it stored before that
+    stored_ids: list[int] | None = None
 
 
 class InputRejected(MqError):

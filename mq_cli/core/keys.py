@@ -175,7 +175,8 @@ QUEUE_KEY_TABLE: tuple[Key, ...] = (
         "unique_retention",
         "duration",
         "after a message with `--unique-key` succeeds, keep its key this long so the same key "
-        "is still skipped (idempotent submission); expired keys are purged by drain",
+        "is still skipped (idempotent submission; with 0 a keyed retry after a lost COMMIT "
+        "may store again, and mq advises none); expired keys are purged by drain",
         parse_duration,
     ),
     Key(

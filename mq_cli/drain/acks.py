@@ -15,7 +15,7 @@ from mq_cli.backends.base import Backend
 from mq_cli.core import render
 from mq_cli.core.config import QueueConfig
 from mq_cli.core.durations import format_duration
-from mq_cli.core.errors import SessionLost
+from mq_cli.core.errors import DatabaseError, SessionLost
 from mq_cli.core.models import Message
 from mq_cli.drain.lease import Lease
 from mq_cli.drain.report import DrainOptions, DrainReport
@@ -90,6 +90,7 @@ class Acknowledger:
         except Exception as exc:  # noqa: BLE001 - the database error is what is reported
             log.debug("while stopping after a database error: %s", exc)
             self.session.held.clear()  # unknown: return nothing that might have started
+        self.report.unrecorded += ran
         if ran:
             log.warning(
                 "queue %s: %d message(s) ran but their results could not be recorded; they "
@@ -116,6 +117,7 @@ class Acknowledger:
                 if outcome.started:
                     # It ran: it stays processing for gc, never given back as unstarted.
                     self.session.held.discard(message.id)
+                    self.report.unrecorded += 1
                 raise SessionLost(self.session.session_lost_text("no proof of it"))
             self.runlog.outcome(message, outcome)
             if not outcome.started:
@@ -138,7 +140,15 @@ class Acknowledger:
                     self.done_since = time.monotonic()
                 self.session.done.append(message)
             else:
-                self._acknowledge(queue, message, outcome)
+                counted = self.report.succeeded + self.report.failed
+                try:
+                    self._acknowledge(queue, message, outcome)
+                except DatabaseError:
+                    if self.report.succeeded + self.report.failed == counted:
+                        # It ran, and failed before its own acknowledgement went out
+                        # (the one before it in flight could not be read).
+                        self.report.unrecorded += 1
+                    raise
             if self.options.progress is not None:
                 self.options.progress(self.report)
             now = time.monotonic()

@@ -107,8 +107,8 @@ def _total(outputs: Sequence[tuple[bytes, int]]) -> DrainReport:
             continue  # a child that failed printed its error on stderr, not a report
         if not isinstance(report, dict) or "claimed" not in report:
             continue
-        for key in ("claimed", "succeeded", "failed", "returned", "lost"):
-            setattr(total, key, getattr(total, key) + int(report[key]))
+        for key in ("claimed", "succeeded", "failed", "returned", "unrecorded", "lost"):
+            setattr(total, key, getattr(total, key) + int(report.get(key, 0)))
         total.seconds = max(total.seconds, float(report["seconds"]))
         drained.update(report["queues"])
         busy.update(report["busy"])

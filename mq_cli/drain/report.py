@@ -45,7 +45,10 @@ class DrainReport:
     succeeded: int = 0
     failed: int = 0  # handler failures (retried later or now `failed`)
     returned: int = 0  # claimed, never started, put back to ready
-    lost: int = 0  # acknowledgements refused: the message was no longer ours
+    lost: int = 0  # of succeeded + failed: acknowledgements refused, no longer ours
+    #: ran, or was running when the drain stopped it (its fence, a database failure
+    #: mid-batch), and no result was recorded: it stays processing for gc
+    unrecorded: int = 0
     seconds: float = 0.0
     queues: list[str] = field(default_factory=list)  # queues worked on
     busy: list[str] = field(default_factory=list)  # queues whose slots were all taken
@@ -56,12 +59,21 @@ class DrainReport:
     ended: str = "empty"
     activity: Activity = field(default_factory=Activity, compare=False, repr=False)
 
+    @property
+    def left(self) -> int:
+        """Claimed, not known to have started, and not given back (the database was
+        away, or gc took it while the drain was stopped): processing, for gc. Every
+        claimed message is in one of succeeded, failed, returned, unrecorded, left."""
+        return self.claimed - self.succeeded - self.failed - self.returned - self.unrecorded
+
     def to_json(self) -> dict[str, Any]:
         return {
             "claimed": self.claimed,
             "succeeded": self.succeeded,
             "failed": self.failed,
             "returned": self.returned,
+            "unrecorded": self.unrecorded,
+            "left": self.left,
             "lost": self.lost,
             "seconds": round(self.seconds, 3),
             "queues": self.queues,

@@ -4,7 +4,7 @@ The connection is lost at the enqueue's COMMIT: the server committed (or not),
 and its answer never reached mq. A producer that retries on the error would
 store the batch twice; one that does not would lose it when the commit had
 failed. mq finds out: the batch's ids when it was stored, stored once when it
-was not, and a distinct error (naming unique_key) where it cannot tell.
+was not, and a distinct error (saying which retry is safe) where it cannot tell.
 """
 
 from __future__ import annotations
