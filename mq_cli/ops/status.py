@@ -142,7 +142,7 @@ class Status:
 
     def drain_json(self, run: Run) -> dict[str, Any]:
         data = self.run_json(run)
-        del data["ended_at"], data["exit_code"]
+        del data["ended_at"], data["exit_code"], data["ended"]
         data["seconds"] = _round(max(self.now - run.started_at, 0.0))  # so far
         data["seen_at"] = iso(run.seen_at)
         data["held"] = self.held.get(run.owner, 0)
