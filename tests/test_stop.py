@@ -159,3 +159,31 @@ def test_an_unknown_drain_is_a_usage_error(db, tmp_path):
     )
     assert db.run("stop", "").exit_code == 2
     assert "Example:" in db.run("stop", "--help").stdout
+
+
+def test_init_migrates_a_version_4_run_log(db, tmp_path):
+    """Schema 5 adds the runs' columns for `mq stop`; the runs recorded before stay."""
+    from mq_cli.backends.sqlrunlog import ADDED_IN_5
+
+    _config(tmp_path, batch_size=1)
+    _enqueue(db, tmp_path, 1, sleep=0, first=0)
+    assert db.run("drain", "-q", "jobs").exit_code == 0
+    for column in ADDED_IN_5:
+        db.sql(f"ALTER TABLE mq_messages_runs DROP COLUMN {column}")
+    db.sql("UPDATE mq_messages_meta SET value = '4' WHERE name = 'schema_version'")
+    if db.kind != "sqlite":  # SQLite migrates itself on first use
+        refused = db.run("status")
+        assert refused.exit_code == 3 and "adds the run log's columns for mq stop" in (
+            refused.stderr
+        )
+        result = db.run("init")
+        assert result.exit_code == 0, result.output
+        assert (
+            "migrated 4 -> 5: added column(s) stop_request, stop_by, stop_at, end_reason to "
+            "mq_messages_runs" in result.stdout
+        )
+    [run] = _status(db)["runs"]
+    assert (run["exit_code"], run["succeeded"], run["ended"], run["stop_request"]) == (
+        0, 1, None, None,
+    )  # fmt: skip
+    assert db.run("init").stdout.count("migrated") == 0
