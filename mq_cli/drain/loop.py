@@ -52,23 +52,13 @@ class Drain:
         self.launcher = Launcher(config)
         self.runlog = RunLog(config, lambda: session.backend, lambda: session.owner, self.report)
         self.lease = Lease(config, session, lambda: self.runner)
-        runlog = self.runlog
-        self.requests = Requests(
-            lambda: session.backend, lambda: runlog.run_id, lambda: self.lease.stalled_after
-        )
+        self.requests = Requests(session, self.runlog, lambda: self.runner, self.report, self.lease)
         self.acks = Acknowledger(session, self.lease, options, self.report, self.runlog)
         self.claimer = Claimer(session, self.lease, self.acks, options, self.report)
         self.batches = BatchRunner(
-            session,
-            self.lease,
-            self.acks,
-            self.report,
-            self.runlog,
-            self._should_stop,
-            self._ticks,
-            self.claimer,
-            self._may_start,
-        )
+            session, self.lease, self.acks, self.report, self.runlog, self._should_stop,
+            self._ticks, self.claimer, lambda: not self._should_stop(quiet=False),
+        )  # fmt: skip
         self.waiting = waiting.Waiting(
             config, session, self.acks, options, self.report, self._ticks
         )
@@ -147,8 +137,7 @@ class Drain:
             self.launcher.close()
             self.lease.close()
             self.report.seconds = time.monotonic() - started
-            error = sys.exc_info()[1]
-            self.runlog.end(error, self._end_reason(error))
+            self.runlog.end(sys.exc_info()[1], self.stop_reason or "empty")
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.session.signals += 1
@@ -161,59 +150,25 @@ class Drain:
             log.warning("got a second signal: stopping the running handler now")
             self.runner.kill()
 
-    def _asked(self, kind: str) -> None:
-        """An operator's request (requests.py), found by a look: a stop is a SIGTERM's,
-        unless a signal came first; a quiet one claims nothing more."""
-        by = self.requests.by or "someone"
-        if kind == "quiet":
-            log.info("asked by %s to end quietly (mq stop --quiet): claiming no more", by)
-        elif not self.session.signals:
-            self.session.signals += 1
-            name = f"a stop request from {by} (mq stop)"
-            signals.say_stopping(name, self.session.in_hand, self.report.activity.running)
-            if self.runner is not None:
-                self.runner.stop()
-
-    def _stopping(self) -> str | None:
-        """Why no further message may start, if one may not (a quiet request lets
-        what was claimed start: see _should_stop)."""
+    def _should_stop(self, quiet: bool = True) -> bool:
+        """Claim no more and end? (``quiet`` False: may a claimed one not start? requests.py)"""
         limit = self.options.max_messages
         if self.requests.kind == "stop":
-            return "stop"
-        if self.session.signals:
-            return "signal"
-        if self.session.fleet.lost:
-            return "database"  # another drain took its fleet slot while it was cut off
-        if self.session.deadline is not None and time.monotonic() >= self.session.deadline:
-            return "deadline"
-        if limit is not None and self.report.succeeded + self.report.failed >= limit:
-            return "max_messages"
-        return None
-
-    def _should_stop(self) -> bool:
-        """Whether to claim nothing more and end."""
-        reason = self._stopping() or ("quiet" if self.requests.kind == "quiet" else None)
-        if reason is None:
+            reason = "stop"
+        elif self.session.signals:
+            reason = "signal"
+        elif self.session.fleet.lost:
+            reason = "database"  # another drain took its fleet slot while it was cut off
+        elif self.session.deadline is not None and time.monotonic() >= self.session.deadline:
+            reason = "deadline"
+        elif limit is not None and self.report.succeeded + self.report.failed >= limit:
+            reason = "max_messages"
+        elif quiet and self.requests.kind == "quiet":
+            reason = "quiet"
+        else:
             return False
         self.stop_reason = self.stop_reason or reason
         return True
-
-    def _may_start(self) -> bool:
-        """Whether a claimed message may start now."""
-        reason = self._stopping()
-        if reason is not None:
-            self.stop_reason = self.stop_reason or reason
-        return reason is None
-
-    def _end_reason(self, error: BaseException | None) -> str:
-        """The run log's word for why this run ended: run()'s ``ended``."""
-        if isinstance(error, WaitInterrupted):
-            return "signal"
-        if isinstance(error, DatabaseError):
-            return "database"
-        if error is not None:
-            return "error"
-        return self.stop_reason or "empty"
 
     def _drain_queue(self, queue: QueueConfig, path: str) -> None:
         self.session.where = f"queue {queue.name}: "
@@ -289,8 +244,6 @@ class Drain:
         and a terminal's status line."""
         self.runlog.tick()
         self.session.fleet.keep()
-        asked = self.requests.look()
-        if asked is not None:
-            self._asked(asked)
+        self.requests.tick()  # an operator's `mq stop`
         if self.options.progress is not None:
             self.options.progress(self.report)

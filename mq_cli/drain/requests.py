@@ -1,7 +1,7 @@
 """An operator's request to a running drain (`mq stop DRAIN [--quiet]`): read from
 the drain's own row of the run log, which any host can write to.
 
-One part of the drain (loop.py composes it and acts on what it finds). The look
+One part of the drain (loop.py composes it; its should_stop reads ``kind``). The look
 is one read of one row by its key, made from the drain's upkeep (its ticks:
 while a handler runs, after results, before each wait of a --wait drain) at
 most every :data:`LOOK_EVERY` seconds, and never more often than its queue's
@@ -29,9 +29,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from mq_cli.core.errors import MqError
+from mq_cli.drain import signals
 
 if TYPE_CHECKING:
-    from mq_cli.backends.base import Backend
+    from mq_cli.drain.lease import Lease
+    from mq_cli.drain.report import DrainReport
+    from mq_cli.drain.runlog import RunLog
+    from mq_cli.drain.session import DrainSession
+    from mq_cli.runners.runner import Runner
 
 log = logging.getLogger("mq")
 
@@ -43,37 +48,57 @@ KINDS = ("stop", "quiet")
 
 
 class Requests:
-    """A drain's look at its run log row. ``run_id``: the row, once written;
-    ``stalled_after``: the drained queue's (0 before its first claim)."""
+    """A drain's look at its run log row, and what it does about a request.
+    ``runner``: the handler runner working now, if any; ``lease``: its stalled_after is
+    the drained queue's (0 before its first claim)."""
 
     def __init__(
         self,
-        backend: Callable[[], Backend],
-        run_id: Callable[[], int | None],
-        stalled_after: Callable[[], float],
+        session: DrainSession,
+        runlog: RunLog,
+        runner: Callable[[], Runner | None],
+        report: DrainReport,
+        lease: Lease,
     ) -> None:
-        self._backend = backend
-        self._run_id = run_id
-        self._stalled_after = stalled_after
+        self.session = session
+        self.runlog = runlog
+        self._runner = runner
+        self.report = report
+        self.lease = lease
         self._looked = time.monotonic()
         #: what was asked and by whom, once found ("stop" outranks "quiet")
         self.kind: str | None = None
         self.by = ""
 
+    def tick(self) -> None:
+        """Look when due; a new request found is acted on: a stop is a SIGTERM's (unless
+        a signal came first), a quiet one only makes the drain's should_stop say yes."""
+        kind = self.look()
+        by = self.by or "someone"
+        if kind == "quiet":
+            log.info("asked by %s to end quietly (mq stop --quiet): claiming no more", by)
+        elif kind == "stop" and not self.session.signals:
+            self.session.signals += 1
+            name = f"a stop request from {by} (mq stop)"
+            signals.say_stopping(name, self.session.in_hand, self.report.activity.running)
+            runner = self._runner()
+            if runner is not None:
+                runner.stop()
+
     def look(self) -> str | None:
         """A request found by this look (its kind), when one is due and new."""
-        run_id = self._run_id()
+        run_id = self.runlog.run_id
         if self.kind == "stop" or run_id is None:
             return None
         every = LOOK_EVERY
-        if self._stalled_after() > 0:
-            every = min(every, self._stalled_after() / 3)
+        if self.lease.stalled_after > 0:
+            every = min(every, self.lease.stalled_after / 3)
         now = time.monotonic()
         if now - self._looked < every:
             return None
         self._looked = now
         try:
-            found = self._backend().run_request(run_id)
+            found = self.session.backend.run_request(run_id)
         except MqError as exc:
             log.debug("could not look for a stop request: %s", exc)
             return None

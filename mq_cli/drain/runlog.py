@@ -292,12 +292,17 @@ class RunLog:
         if self.enabled and self.run_id is None:
             self._start()
 
-    def end(self, error: BaseException | None, reason: str | None = None) -> None:
-        """The run is over: its last slice, its counts, exit code and why (``reason``,
-        `mq drain --json`'s "ended"); old runs deleted."""
+    def end(self, error: BaseException | None, reason: str = "empty") -> None:
+        """The run is over: its last slice, its counts, exit code and why (``reason``
+        when no ``error`` ended it: `mq drain --json`'s "ended"); old runs deleted."""
         if not self.enabled or (self.run_id is None and not self._results):
             return  # nothing ran, nothing to say: a cron drain of an empty queue
-        self.reason = reason
+        if error is not None:  # as loop.Drain.run says it (exit 0: a signal while waiting)
+            stopped = getattr(error, "exit_code", 1) == 0
+            reason = "database" if isinstance(error, DatabaseError) else "error"
+            self.reason = "signal" if stopped else reason
+        else:
+            self.reason = reason
         code = 0 if error is None else int(getattr(error, "exit_code", 1))
         if isinstance(error, DatabaseError):
             self._warned = True  # the drain's own error says it all: no second one
