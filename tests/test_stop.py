@@ -107,6 +107,8 @@ def test_quiet_runs_what_it_claimed_and_claims_no_more(db, tmp_path):
     asked = db.run("stop", drain["owner"], "--quiet", "--json")  # by its owner token too
     assert asked.exit_code == 0, asked.output
     answer = json.loads(asked.stdout)
+    shown = db.run("status").stdout  # while it runs what it claimed
+    assert f"{drain['host']}:{drain['pid']}: asked to end quietly by {ME}" in shown
     assert (answer["drain"], answer["request"], answer["by"]) == (
         f"{drain['host']}:{drain['pid']}", "quiet", ME,
     )  # fmt: skip
@@ -187,3 +189,19 @@ def test_init_migrates_a_version_4_run_log(db, tmp_path):
         0, 1, None, None,
     )  # fmt: skip
     assert db.run("init").stdout.count("migrated") == 0
+
+
+def test_a_stop_outranks_a_quiet_and_a_quiet_never_undoes_a_stop(db, tmp_path):
+    _config(tmp_path, batch_size=3)
+    first, *rest = _enqueue(db, tmp_path, 3, sleep=1, first=8)
+    proc = db.spawn("drain", "-q", "jobs", "--json")
+    drain = wait_for(lambda: _live(db, proc.pid, running=True), "the drain running a message")
+    name = f"{drain['host']}:{drain['pid']}"
+    assert db.run("stop", name, "--quiet").exit_code == 0
+    assert db.run("stop", name).exit_code == 0
+    again = db.run("stop", name, "--quiet")
+    assert again.exit_code == 0 and f"was asked to stop already (by {ME})" in again.stdout
+    report = _ended(proc)
+    assert (report["succeeded"], report["returned"], report["ended"]) == (1, 2, "stop")
+    assert _ids(db, "ready") == rest and _ran(tmp_path) == [1]
+    assert _run(db, proc.pid)["stop_request"]["kind"] == "stop"

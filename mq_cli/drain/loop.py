@@ -62,7 +62,7 @@ class Drain:
         self.waiting = waiting.Waiting(
             config, session, self.acks, options, self.report, self._ticks
         )
-        self.stop_reason = ""  # why _should_stop first said yes: the report's "ended"
+        self.stop_reason = ""  # why _should_stop first said yes (a quiet request: last)
 
     # -- the run ------------------------------------------------------------
 
@@ -167,7 +167,7 @@ class Drain:
             reason = "quiet"
         else:
             return False
-        self.stop_reason = self.stop_reason or reason
+        self.stop_reason = reason if self.stop_reason in ("", "quiet") else self.stop_reason
         return True
 
     def _drain_queue(self, queue: QueueConfig, path: str) -> None:
