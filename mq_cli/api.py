@@ -27,6 +27,7 @@ from mq_cli.ops import produce
 if TYPE_CHECKING:  # imported where used: a producer's start does not pay for the drain's
     from mq_cli.drain.report import DrainOptions, DrainReport
     from mq_cli.ops.browse import Filter, Page
+    from mq_cli.ops.drains import StopAsked
     from mq_cli.ops.status import Status, Throughput
 
 
@@ -100,15 +101,8 @@ class MQ:
 
     # -- producing --------------------------------------------------------
 
-    def enqueue(
-        self,
-        queue: str,
-        payload: object,
-        *,
-        delay: float = 0.0,
-        priority: int = 0,
-        unique_key: str | None = None,
-    ) -> int | None:
+    def enqueue(self, queue: str, payload: object, *, delay: float = 0.0, priority: int = 0,
+                unique_key: str | None = None) -> int | None:  # fmt: skip
         """Store one message; its id, or None if ``unique_key`` is already taken."""
         return self.enqueue_many(
             queue, [payload], delay=delay, priority=priority, unique_key=unique_key
@@ -349,6 +343,12 @@ class MQ:
     def last_id(self, queue: str) -> int:
         """The highest id ``queue`` has held (0: none): what an action confirmed now acts up to."""
         return self._reader.last_id(validate_queue_name(queue)) or 0
+
+    def stop_drain(self, name: str, quiet: bool = False, by: str | None = None) -> StopAsked:
+        """`mq stop` (ops/drains.py): drain ``name`` stops as on SIGTERM, or ends ``quiet``ly."""
+        from mq_cli.ops import drains
+
+        return drains.ask(self.backend, name, quiet, by)
 
     def purge(
         self,

@@ -16,8 +16,9 @@ QUEUE_KEYS = {
 RUN_KEYS = {
     "id", "owner", "host", "pid", "queue", "queues", "state", "started_at", "ended_at",
     "seconds", "claimed", "succeeded", "failed", "returned", "exit_code",
+    "ended", "stop_request",  # the fifth round's `mq stop`: why a run ended, who asked
 }  # fmt: skip
-DRAIN_KEYS = (RUN_KEYS - {"ended_at", "exit_code"}) | {"seen_at", "held", "running"}
+DRAIN_KEYS = (RUN_KEYS - {"ended_at", "exit_code", "ended"}) | {"seen_at", "held", "running"}
 
 
 def enqueue(db, queue: str, *payloads: str) -> list[int]:
@@ -75,6 +76,7 @@ def test_status_after_a_drain(db):
     [run] = found["runs"]
     assert set(run) == RUN_KEYS
     assert run["state"] == "ended" and run["exit_code"] == 0
+    assert run["ended"] == "empty" and run["stop_request"] is None
     assert (run["claimed"], run["succeeded"], run["failed"], run["returned"]) == (4, 3, 1, 0)
     assert run["host"] == socket.gethostname() and run["queue"] == "jobs"
     assert run["started_at"].endswith("Z") and run["ended_at"] >= run["started_at"]

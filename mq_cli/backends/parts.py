@@ -206,10 +206,20 @@ class RunLogPart(Protocol):
         queue: str | None,
         counts: tuple[int, int, int, int],
         running: tuple[int | None, float | None] = (None, None),
-        ended: tuple[float, int] | None = None,
+        ended: tuple[float, int, str | None] | None = None,
     ) -> None:
         """A run's counts (claimed, succeeded, failed, returned), the message it runs
-        now (id, since), and when it ended with which exit code."""
+        now (id, since), and when it ended with which exit code and why."""
+
+    def run_request(self, run_id: int) -> tuple[str, str] | None:
+        """An operator's request to a run ("stop" or "quiet", who asked); None if none."""
+
+    def run_ask_stop(self, run_id: int, kind: str, by: str, at: float) -> bool:
+        """Store a request to a run not ended yet (a "stop" is never made a "quiet");
+        False when it ended or was asked to stop already."""
+
+    def runs_add_columns(self) -> list[str]:
+        """Add the runs table's columns of schema version 5 it lacks; their names."""
 
     def rollup_add(self, rows: Sequence[tuple[object, ...]]) -> None:
         """Store slices: (run_id, queue, start, end, done, failed, backlog, wait_sum,

@@ -27,6 +27,9 @@ Schema versions:
   drains make them 'ready' when due; claims read ready rows only, so their cost
   does not grow with the rows they cannot take. Users still see such messages
   as ready (delayed until their time), as before.
+- 5: the run log's ``{table}_runs`` rows hold an operator's request to a live
+  drain (`mq stop`: ``stop_request``, ``stop_by``, ``stop_at``), which the drain
+  reads, and why each run ended (``end_reason``).
 
 The fleet limits' tables ``{table}_slots`` and ``{table}_rates`` (max_drains
 without session locks, rate_limit: mq_cli/fleet.py, mq_cli/ratelimit.py) came
@@ -175,9 +178,18 @@ def _step_3(backend: Backend) -> list[str]:
     return ["messages not due yet have the status 'delayed' (claims skip them)"]
 
 
+def _step_4(backend: Backend) -> list[str]:
+    """4 -> 5: the runs' columns for `mq stop` and why a run ended (a missing runs
+    table is made whole by _repair)."""
+    added = backend.runs_add_columns()
+    return (
+        [f"added column(s) {', '.join(added)} to {backend.table}_runs (mq stop)"] if added else []
+    )
+
+
 #: STEPS[n] takes a version-n table to version n + 1
 STEPS: dict[int, Callable[[Backend], list[str]]] = {
-    0: _step_0, 1: _step_1, 2: _step_2, 3: _step_3,
+    0: _step_0, 1: _step_1, 2: _step_2, 3: _step_3, 4: _step_4,
 }  # fmt: skip
 #: what STEPS[n] changes, as `mq init`'s hint says it
 PENDING = {
@@ -185,6 +197,7 @@ PENDING = {
     1: "MySQL: moves the unique-key index",
     2: "adds the run log's tables, for mq status",
     3: "gives messages not due yet a status and an index of their own",
+    4: "adds the run log's columns for mq stop",
 }
 
 

@@ -20,6 +20,8 @@ T = TypeVar("T")
 
 #: the run log's DDL (named blocks), for `mq init` and the migration to version 3
 DDL = ("create_runs", "create_runs_index", "create_rollup", "create_rollup_index")
+#: the runs' columns schema version 5 added (the migration to it: runs_add_<column>)
+ADDED_IN_5 = ("stop_request", "stop_by", "stop_at", "end_reason")
 
 
 class SqlRunLog:
@@ -59,11 +61,32 @@ class SqlRunLog:
         queue: str | None,
         counts: tuple[int, int, int, int],
         running: tuple[int | None, float | None] = (None, None),
-        ended: tuple[float, int] | None = None,
+        ended: tuple[float, int, str | None] | None = None,
     ) -> None:
-        ended_at, exit_code = ended if ended else (None, None)
-        params = (seen_at, ended_at, exit_code, queue, *counts, *running, run_id)
+        ended_at, exit_code, reason = ended if ended else (None, None, None)
+        params = (seen_at, ended_at, exit_code, queue, *counts, *running, reason, run_id)
         self.db._change(self.db._sql["runs_update"], params)
+
+    def run_request(self, run_id: int) -> tuple[str, str] | None:
+        rows = self.db._rows(self.db._sql["runs_request"], (run_id,))
+        if not rows or rows[0][0] is None:
+            return None
+        return str(rows[0][0]), str(rows[0][1] or "")
+
+    def run_ask_stop(self, run_id: int, kind: str, by: str, at: float) -> bool:
+        return (
+            self.db._change(self.db._sql["runs_ask_stop"], (kind, by[:300], at, run_id, kind)) > 0
+        )
+
+    def runs_add_columns(self) -> list[str]:
+        table = f"{self.db.table}_runs"
+        have = {str(row[0]) for row in self.db._rows(self.db._sql["table_columns"], (table,))}
+        if not have:
+            return []  # no runs table: `mq init` makes it whole
+        added = [column for column in ADDED_IN_5 if column not in have]
+        for column in added:
+            self.db._change(self.db._sql[f"runs_add_{column}"], ())
+        return added
 
     def rollup_add(self, rows: Sequence[tuple[object, ...]]) -> None:
         def body(tx: Tx) -> None:
@@ -126,4 +149,7 @@ def _run(row: Sequence[Any]) -> Run:
         claimed=int(row[9]), succeeded=int(row[10]), failed=int(row[11]), returned=int(row[12]),
         exit_code=None if row[13] is None else int(row[13]),
         running_id=None if row[14] is None else int(row[14]), running_since=number(row[15]),
+        stop_request=None if row[16] is None else str(row[16]),
+        stop_by=None if row[17] is None else str(row[17]), stop_at=number(row[18]),
+        end_reason=None if row[19] is None else str(row[19]),
     )  # fmt: skip

@@ -94,7 +94,7 @@ COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Produce", ("enqueue",)),
     ("Drain", ("drain",)),
     ("Observe", ("stats", "status", "list", "show", "web")),
-    ("Repair", ("gc", "retry", "delete", "purge", "pause", "resume")),
+    ("Repair", ("gc", "retry", "delete", "purge", "pause", "resume", "stop")),
     ("Set up", ("init", "check")),
 )
 

@@ -2,7 +2,7 @@
 
 Each command module registers its commands on the group when it is imported:
 produce.py (init, enqueue), draining.py (drain), observe.py (stats, status,
-pause, resume), operate.py (gc, list, show, retry, delete, purge, check), web.py
+pause, resume, stop), operate.py (gc, list, show, retry, delete, purge, check), web.py
 (web: the operator console).
 """
 

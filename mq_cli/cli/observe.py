@@ -1,4 +1,5 @@
-"""`mq stats`, `mq status`, `mq pause` and `mq resume`: what the queues hold and do."""
+"""`mq stats`, `mq status`, `mq pause`, `mq resume` and `mq stop`: what the queues and drains
+hold and do."""
 
 from __future__ import annotations
 
@@ -184,6 +185,41 @@ def resume(state: State, queues: tuple[str, ...]) -> None:
             click.echo(f"queue {queue} resumed")
         else:
             click.echo(f"queue {queue} was not paused")
+
+
+@cli.command()
+@click.argument("drain", metavar="DRAIN")
+@click.option(
+    "--quiet", is_flag=True,
+    help="End after the message(s) it claimed have run, claiming no more (none goes back "
+    "to ready).",
+)  # fmt: skip
+@json_option
+@pass_state
+def stop(state: State, drain: str, quiet: bool, as_json: bool) -> None:
+    """Ask one live drain, on any host, to stop (as SIGTERM does) or to end quietly.
+
+    DRAIN is the drain as `mq status` names it: host:pid (the DRAIN column),
+    or its owner token (`mq status --json`'s "owner"). The request is stored in
+    the database; the drain reads it within 2 seconds (its queue's heartbeat,
+    stalled_after/3, if that is shorter), wherever it runs. Stop: its running
+    handler finishes (or hits its timeout), the messages it claimed and did
+    not start go back to ready, and it exits 0. --quiet: it claims nothing
+    more, runs what it claimed (with batch_size 1, its current message) and
+    exits 0; an idle `--wait` drain ends at once. With `--processes N` each
+    process is a drain of its own. `mq status` shows the run ended "stop" or
+    "quiet" and who asked. An unknown name, or a drain that ended, is exit 2.
+
+    \b
+    Example:  mq status                      # live drains: web1:4242 ...
+              mq stop web1:4242              # as `kill -TERM 4242` on web1
+              mq stop web1:4242 --quiet      # after its current message
+    """
+    asked = state.mq.stop_drain(drain, quiet=quiet)
+    if as_json:
+        click.echo(json.dumps(asked.to_json()))
+    else:
+        click.echo(asked.text())
 
 
 def _unwritable(path: str, exc: OSError) -> ConfigError:

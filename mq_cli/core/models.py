@@ -276,6 +276,12 @@ class Run:
     exit_code: int | None
     running_id: int | None
     running_since: float | None
+    #: an operator's request to it (`mq stop`): "stop" or "quiet", who asked and when
+    stop_request: str | None = None
+    stop_by: str | None = None
+    stop_at: float | None = None
+    #: why it ended, the words of `mq drain --json`'s "ended" ("stop", "quiet": asked to)
+    end_reason: str | None = None
 
 
 @dataclass(frozen=True)

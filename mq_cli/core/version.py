@@ -2,4 +2,4 @@
 
 __version__ = "0.1.0"
 #: the table layout this release writes; recorded in <table>_meta by `mq init`
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5

@@ -24,7 +24,7 @@ from mq_cli.drain.report import DrainReport
 #: exit codes by precedence: a database problem outranks a config error, then a rejection
 _WORST = (3, 2, 1)
 #: why the run ended, by precedence: the children's worst
-_ENDED = ("database", "error", "signal", "deadline", "max_messages", "empty")
+_ENDED = ("database", "error", "signal", "stop", "deadline", "max_messages", "quiet", "empty")
 
 
 def plan(

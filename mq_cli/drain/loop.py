@@ -29,6 +29,7 @@ from mq_cli.drain.claimer import Claimer
 from mq_cli.drain.launcher import Launcher
 from mq_cli.drain.lease import Lease
 from mq_cli.drain.report import DrainOptions, DrainReport
+from mq_cli.drain.requests import Requests
 from mq_cli.drain.runlog import RunLog
 from mq_cli.drain.running import BatchRunner
 from mq_cli.drain.session import DatabaseAway, DrainSession, WaitInterrupted
@@ -51,22 +52,17 @@ class Drain:
         self.launcher = Launcher(config)
         self.runlog = RunLog(config, lambda: session.backend, lambda: session.owner, self.report)
         self.lease = Lease(config, session, lambda: self.runner)
+        self.requests = Requests(session, self.runlog, lambda: self.runner, self.report, self.lease)
         self.acks = Acknowledger(session, self.lease, options, self.report, self.runlog)
         self.claimer = Claimer(session, self.lease, self.acks, options, self.report)
         self.batches = BatchRunner(
-            session,
-            self.lease,
-            self.acks,
-            self.report,
-            self.runlog,
-            self._should_stop,
-            self._ticks,
-            self.claimer,
-        )
+            session, self.lease, self.acks, self.report, self.runlog, self._should_stop,
+            self._ticks, self.claimer, lambda: not self._should_stop(quiet=False),
+        )  # fmt: skip
         self.waiting = waiting.Waiting(
             config, session, self.acks, options, self.report, self._ticks
         )
-        self.stop_reason = ""  # why _should_stop first said yes: the report's "ended"
+        self.stop_reason = ""  # why _should_stop first said yes (a quiet request: last)
 
     # -- the run ------------------------------------------------------------
 
@@ -141,7 +137,7 @@ class Drain:
             self.launcher.close()
             self.lease.close()
             self.report.seconds = time.monotonic() - started
-            self.runlog.end(sys.exc_info()[1])
+            self.runlog.end(sys.exc_info()[1], self.stop_reason or "empty")
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.session.signals += 1
@@ -154,9 +150,12 @@ class Drain:
             log.warning("got a second signal: stopping the running handler now")
             self.runner.kill()
 
-    def _should_stop(self) -> bool:
+    def _should_stop(self, quiet: bool = True) -> bool:
+        """Claim no more and end? (``quiet`` False: may a claimed one not start? requests.py)"""
         limit = self.options.max_messages
-        if self.session.signals:
+        if self.requests.kind == "stop":
+            reason = "stop"
+        elif self.session.signals:
             reason = "signal"
         elif self.session.fleet.lost:
             reason = "database"  # another drain took its fleet slot while it was cut off
@@ -164,9 +163,11 @@ class Drain:
             reason = "deadline"
         elif limit is not None and self.report.succeeded + self.report.failed >= limit:
             reason = "max_messages"
+        elif quiet and self.requests.kind == "quiet":
+            reason = "quiet"
         else:
             return False
-        self.stop_reason = self.stop_reason or reason
+        self.stop_reason = reason if self.stop_reason in ("", "quiet") else self.stop_reason
         return True
 
     def _drain_queue(self, queue: QueueConfig, path: str) -> None:
@@ -219,6 +220,7 @@ class Drain:
                 if not batch:
                     if not self.options.wait:
                         return
+                    self.runlog.waiting()  # `mq status` shows it, `mq stop` reaches it
                     idle = self.waiting.idle(self.waiting.look_for_stalled(queue, idle), waiter)
                     continue
                 idle = waiting.WAIT_POLL_MIN
@@ -242,5 +244,6 @@ class Drain:
         and a terminal's status line."""
         self.runlog.tick()
         self.session.fleet.keep()
+        self.requests.tick()  # an operator's `mq stop`
         if self.options.progress is not None:
             self.options.progress(self.report)

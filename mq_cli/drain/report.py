@@ -55,7 +55,8 @@ class DrainReport:
     paused: list[str] = field(default_factory=list)  # queues skipped: `mq pause`
     #: why the run ended: "empty" (nothing left to do), "deadline" (--max-seconds),
     #: "max_messages", "signal" (SIGTERM/SIGINT), "database" (it went away or refused;
-    #: exit 3), "error" (another error, e.g. a handler that does not import: exit 2)
+    #: exit 3), "error" (another error, e.g. a handler that does not import: exit 2),
+    #: "stop" or "quiet" (`mq stop`, drain/requests.py)
     ended: str = "empty"
     activity: Activity = field(default_factory=Activity, compare=False, repr=False)
 

@@ -201,6 +201,7 @@ class RunLog:
         self._counted = time.monotonic()
         self._counts: tuple[int, int, int, int] = (0, 0, 0, 0)  # as written last
         self._warned = False
+        self.reason: str | None = None  # why the run ended, once it has
 
     # -- the drain's hooks ------------------------------------------------------
 
@@ -284,10 +285,24 @@ class RunLog:
             tally.duration_sum += seconds
         self._results = []
 
-    def end(self, error: BaseException | None) -> None:
-        """The run is over: its last slice, its counts and exit code; old runs deleted."""
+    def waiting(self) -> None:
+        """A --wait drain found its queue empty and waits: its row is written now, so
+        that `mq status` shows it and `mq stop` can reach it (a cron drain of an empty
+        queue still writes nothing)."""
+        if self.enabled and self.run_id is None:
+            self._start()
+
+    def end(self, error: BaseException | None, reason: str = "empty") -> None:
+        """The run is over: its last slice, its counts, exit code and why (``reason``
+        when no ``error`` ended it: `mq drain --json`'s "ended"); old runs deleted."""
         if not self.enabled or (self.run_id is None and not self._results):
             return  # nothing ran, nothing to say: a cron drain of an empty queue
+        if error is not None:  # as loop.Drain.run says it (exit 0: a signal while waiting)
+            stopped = getattr(error, "exit_code", 1) == 0
+            reason = "database" if isinstance(error, DatabaseError) else "error"
+            self.reason = "signal" if stopped else reason
+        else:
+            self.reason = reason
         code = 0 if error is None else int(getattr(error, "exit_code", 1))
         if isinstance(error, DatabaseError):
             self._warned = True  # the drain's own error says it all: no second one
@@ -319,7 +334,7 @@ class RunLog:
         counts = (r.claimed, r.succeeded, r.failed, r.returned)
         queue = r.queues[-1] if r.queues else None
         since = self._db_time(self._since) if running is not None else None
-        ended = (now, exit_code) if exit_code is not None else None
+        ended = (now, exit_code, self.reason) if exit_code is not None else None
 
         if not self._safely(lambda b: b.rollup_add(rows), "INSERT", "rollup"):
             return False

@@ -36,7 +36,8 @@ IN_FLIGHT_READ_AFTER = 0.05
 
 class BatchRunner:
     """Runs one batch after another for the drain. ``should_stop``: the drain's own
-    test (a signal, its end, --max-messages); ``ticks``: its upkeep while it works."""
+    test (a signal, its end, --max-messages, a request); ``may_start``: whether a
+    claimed message may start; ``ticks``: its upkeep while it works."""
 
     def __init__(
         self,
@@ -48,8 +49,11 @@ class BatchRunner:
         should_stop: Callable[[], bool],
         ticks: Callable[[], None],
         claimer: Claimer,
+        may_start: Callable[[], bool] | None = None,
     ) -> None:
         self.claimer = claimer
+        # A quiet request (requests.py) claims nothing more, yet starts what it claimed.
+        self._may_start = may_start or (lambda: not should_stop())
         self.session = session
         self.lease = lease
         self.acks = acks
@@ -103,7 +107,7 @@ class BatchRunner:
                 session.db(lambda b: b.probe())
             # Nothing more starts once the fence fired: the batch ends at its next result.
             fenced_off = session.watchdog is not None and session.watchdog.fired
-            return batch[index].id in session.held and not self._should_stop() and not fenced_off
+            return batch[index].id in session.held and self._may_start() and not fenced_off
 
         def not_after() -> float:
             # The worker may start a message sent ahead only before this: if this

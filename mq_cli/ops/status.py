@@ -136,11 +136,13 @@ class Status:
             "failed": run.failed,
             "returned": run.returned,
             "exit_code": run.exit_code,
+            "ended": run.end_reason,  # `mq drain --json`'s word; "stop"/"quiet": `mq stop`
+            "stop_request": _request(run),
         }
 
     def drain_json(self, run: Run) -> dict[str, Any]:
         data = self.run_json(run)
-        del data["ended_at"], data["exit_code"]
+        del data["ended_at"], data["exit_code"], data["ended"]
         data["seconds"] = _round(max(self.now - run.started_at, 0.0))  # so far
         data["seen_at"] = iso(run.seen_at)
         data["held"] = self.held.get(run.owner, 0)
@@ -171,6 +173,21 @@ class Status:
             },
             **({"vacuum_horizon": self.vacuum_horizon} if self.vacuum_horizon is not None else {}),
         }
+
+
+def _request(run: Run) -> dict[str, Any] | None:
+    """An operator's request to the run (`mq stop`, ops/drains.py), if any."""
+    if run.stop_request is None:
+        return None
+    return {"kind": run.stop_request, "by": run.stop_by, "at": iso(run.stop_at)}
+
+
+def asked_text(run: Run) -> str:
+    """A request to the run, as the text and the HTML views say it; "" if none."""
+    if run.stop_request is None:
+        return ""
+    verb = "stop" if run.stop_request == "stop" else "end quietly"
+    return f"asked to {verb} by {run.stop_by or 'someone'}"
 
 
 def _round(value: float | None) -> float | None:
@@ -262,6 +279,16 @@ def _took(run: dict[str, Any]) -> str:
     return f">{took}" if run["state"] == "vanished" else took
 
 
+def _exit(run: Run, state: str) -> str:
+    """The EXIT column: the code, or the state of a run not ended; and who stopped it."""
+    shown = state if run.exit_code is None else str(run.exit_code)
+    if run.end_reason in ("stop", "quiet"):
+        shown += f" ({run.end_reason}: {run.stop_by or 'someone'})"
+    from mq_cli.core.render import printable
+
+    return printable(shown)
+
+
 def text(status: Status) -> str:
     from mq_cli.core.render import printable, table
 
@@ -272,7 +299,15 @@ def text(status: Status) -> str:
             drain, *rest = status.drain_row(run)
             rows.append([printable(str(drain)), *rest])
         headers = ["DRAIN", "QUEUE", "RUNNING FOR", "MESSAGE NOW", "HELD", "DONE", "FAILED"]
-        parts.append("live drains:\n" + table(headers, rows))
+        asked = [
+            f"  {run.host}:{run.pid}: {asked_text(run)}"
+            for run in status.drains
+            if run.stop_request
+        ]
+        parts.append(
+            "live drains (`mq stop DRAIN` stops one, as SIGTERM; `--quiet`: after what it "
+            "claimed):\n" + table(headers, rows) + "".join("\n" + printable(a) for a in asked)
+        )
     else:
         parts.append("live drains: none")
     if status.queues:
@@ -308,7 +343,7 @@ def text(status: Status) -> str:
                 ",".join(run.queues) or run.queue, printable(f"{run.host}:{run.pid}"),
                 seconds_text(status.now - run.started_at) + " ago",
                 _took(data), run.claimed, run.succeeded, run.failed,
-                run.returned, data["state"] if run.exit_code is None else run.exit_code,
+                run.returned, _exit(run, data["state"]),
             ])  # fmt: skip
         headers = ["QUEUE", "DRAIN", "STARTED", "TOOK", "CLAIMED", "DONE", "FAILED", "RETURNED",
                    "EXIT"]  # fmt: skip

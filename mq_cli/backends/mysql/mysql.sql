@@ -530,6 +530,10 @@ CREATE TABLE IF NOT EXISTS `{table}_runs` (
   exit_code INT,
   running_id BIGINT UNSIGNED,
   running_since DOUBLE,
+  stop_request VARCHAR(16),
+  stop_by VARCHAR(300),
+  stop_at DOUBLE,
+  end_reason VARCHAR(32),
   KEY seen_at (seen_at)
 ) ENGINE=InnoDB
 
@@ -557,7 +561,8 @@ VALUES (%s, %s, %s, %s, %s, %s, %s)
 -- name: runs_update
 UPDATE `{table}_runs`
 SET seen_at = %s, ended_at = %s, exit_code = %s, queue = %s, claimed = %s, succeeded = %s,
-    failed = %s, returned = %s, running_id = %s, running_since = %s
+    failed = %s, returned = %s, running_id = %s, running_since = %s,
+    end_reason = %s
 WHERE id = %s
 
 -- name: rollup_insert
@@ -581,13 +586,40 @@ SELECT id FROM `{table}_rollup` WHERE 1 = 0
 
 -- name: runs_live
 SELECT id, owner, host, pid, queues, queue, started_at, seen_at, ended_at, claimed, succeeded,
-       failed, returned, exit_code, running_id, running_since
+       failed, returned, exit_code, running_id, running_since, stop_request, stop_by,
+       stop_at, end_reason
 FROM `{table}_runs` WHERE ended_at IS NULL AND seen_at >= %s ORDER BY started_at, id
 
 -- name: runs_recent
 SELECT id, owner, host, pid, queues, queue, started_at, seen_at, ended_at, claimed, succeeded,
-       failed, returned, exit_code, running_id, running_since
+       failed, returned, exit_code, running_id, running_since, stop_request, stop_by,
+       stop_at, end_reason
 FROM `{table}_runs` ORDER BY id DESC LIMIT %s
+
+-- name: runs_request
+-- A drain's look for an operator's request (`mq stop`): one row by its key, every
+-- couple of seconds at most (drain/requests.py).
+SELECT stop_request, stop_by FROM `{table}_runs` WHERE id = %s
+
+-- name: runs_ask_stop
+-- `mq stop`: only a run not ended yet; a stop is never turned back into a quiet.
+UPDATE `{table}_runs` SET stop_request = %s, stop_by = %s, stop_at = %s
+WHERE id = %s AND ended_at IS NULL
+  AND (%s = 'stop' OR stop_request IS NULL OR stop_request <> 'stop')
+
+-- The run log's columns added by schema version 5 (an operator's stop request, why a
+-- run ended), each on its own: SQLite adds one column per statement.
+-- name: runs_add_stop_request
+ALTER TABLE `{table}_runs` ADD COLUMN stop_request VARCHAR(16)
+
+-- name: runs_add_stop_by
+ALTER TABLE `{table}_runs` ADD COLUMN stop_by VARCHAR(300)
+
+-- name: runs_add_stop_at
+ALTER TABLE `{table}_runs` ADD COLUMN stop_at DOUBLE
+
+-- name: runs_add_end_reason
+ALTER TABLE `{table}_runs` ADD COLUMN end_reason VARCHAR(32)
 
 -- name: rollup_since
 SELECT queue, slice_start, slice_end, done, failed, wait_sum, duration_sum, wait_hist,

@@ -452,7 +452,11 @@ CREATE TABLE IF NOT EXISTS "{table}_runs" (
   returned INTEGER NOT NULL DEFAULT 0,
   exit_code INTEGER,
   running_id INTEGER,
-  running_since REAL
+  running_since REAL,
+  stop_request TEXT,
+  stop_by TEXT,
+  stop_at REAL,
+  end_reason TEXT
 )
 
 -- name: create_runs_index
@@ -484,7 +488,8 @@ VALUES (?, ?, ?, ?, ?, ?, ?)
 -- name: runs_update
 UPDATE "{table}_runs"
 SET seen_at = ?, ended_at = ?, exit_code = ?, queue = ?, claimed = ?, succeeded = ?,
-    failed = ?, returned = ?, running_id = ?, running_since = ?
+    failed = ?, returned = ?, running_id = ?, running_since = ?,
+    end_reason = ?
 WHERE id = ?
 
 -- name: rollup_insert
@@ -512,13 +517,41 @@ SELECT id FROM "{table}_rollup" WHERE 1 = 0
 
 -- name: runs_live
 SELECT id, owner, host, pid, queues, queue, started_at, seen_at, ended_at, claimed, succeeded,
-       failed, returned, exit_code, running_id, running_since
+       failed, returned, exit_code, running_id, running_since, stop_request, stop_by,
+       stop_at, end_reason
 FROM "{table}_runs" WHERE ended_at IS NULL AND seen_at >= ? ORDER BY started_at, id
 
 -- name: runs_recent
 SELECT id, owner, host, pid, queues, queue, started_at, seen_at, ended_at, claimed, succeeded,
-       failed, returned, exit_code, running_id, running_since
+       failed, returned, exit_code, running_id, running_since, stop_request, stop_by,
+       stop_at, end_reason
 FROM "{table}_runs" ORDER BY id DESC LIMIT ?
+
+-- name: runs_request
+-- A drain's look for an operator's request (`mq stop`): one row by its key, every
+-- couple of seconds at most (drain/requests.py).
+SELECT stop_request, stop_by FROM "{table}_runs" WHERE id = ?
+
+-- name: runs_ask_stop
+-- `mq stop`: only a run not ended yet; a stop is never turned back into a quiet.
+-- Its last ? is the request's kind again.
+UPDATE "{table}_runs" SET stop_request = ?, stop_by = ?, stop_at = ?
+WHERE id = ? AND ended_at IS NULL
+  AND (? = 'stop' OR stop_request IS NULL OR stop_request <> 'stop')
+
+-- The run log's columns added by schema version 5 (an operator's stop request, why a
+-- run ended), each on its own: SQLite adds one column per statement.
+-- name: runs_add_stop_request
+ALTER TABLE "{table}_runs" ADD COLUMN stop_request TEXT
+
+-- name: runs_add_stop_by
+ALTER TABLE "{table}_runs" ADD COLUMN stop_by TEXT
+
+-- name: runs_add_stop_at
+ALTER TABLE "{table}_runs" ADD COLUMN stop_at REAL
+
+-- name: runs_add_end_reason
+ALTER TABLE "{table}_runs" ADD COLUMN end_reason TEXT
 
 -- name: rollup_since
 SELECT queue, slice_start, slice_end, done, failed, wait_sum, duration_sum, wait_hist,
