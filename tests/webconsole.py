@@ -114,13 +114,17 @@ class Server:
     def __init__(self, db: Db, *args: str):
         self.process = db.spawn("web", "--bind", "127.0.0.1:0", *args)
         assert self.process.stderr is not None
-        line = self.process.stderr.readline().decode()
-        found = re.search(r"http://[^ ]+/", line)
-        if found is None:
-            self.process.kill()
-            rest = self.process.communicate(timeout=30)[1].decode()
-            raise AssertionError(f"mq web did not start: {line}{rest}")
-        self.base = found.group(0).rstrip("/")
+        self.early = ""  # what it printed up to its address (a warning comes first)
+        found = None
+        while found is None:
+            line = self.process.stderr.readline().decode()
+            self.early += line
+            found = re.search(r"console on (http://[^ ]+/)", line)
+            if not line or (found is None and not line.startswith("mq: WARNING")):
+                self.process.kill()
+                rest = self.process.communicate(timeout=30)[1].decode()
+                raise AssertionError(f"mq web did not start: {self.early}{rest}")
+        self.base = found.group(1).rstrip("/")
 
     def client(self, user: tuple[str, str] | None = OPERATOR) -> Client:
         return Client(self.base, user)
@@ -132,7 +136,7 @@ class Server:
         except subprocess.TimeoutExpired:
             self.process.kill()
             _, err = self.process.communicate()
-        return err.decode()
+        return self.early + err.decode()
 
 
 def wait_for(check: Any, what: str, deadline: float = 120.0) -> Any:
