@@ -114,29 +114,32 @@ class Server:
     def __init__(self, db: Db, *args: str):
         self.process = db.spawn("web", "--bind", "127.0.0.1:0", *args)
         assert self.process.stderr is not None
-        self.early = ""  # what it printed up to its address (a warning comes first)
-        found = None
-        while found is None:
-            line = self.process.stderr.readline().decode()
-            self.early += line
-            found = re.search(r"console on (http://[^ ]+/)", line)
-            if not line or (found is None and not line.startswith("mq: WARNING")):
-                self.process.kill()
-                rest = self.process.communicate(timeout=30)[1].decode()
-                raise AssertionError(f"mq web did not start: {self.early}{rest}")
-        self.base = found.group(1).rstrip("/")
+        line = self.process.stderr.readline().decode()
+        found = re.search(r"http://[^ ]+/", line)
+        if found is None:
+            self.process.kill()
+            rest = self.process.communicate(timeout=30)[1].decode()
+            raise AssertionError(f"mq web did not start: {line}{rest}")
+        self.base = found.group(0).rstrip("/")
 
     def client(self, user: tuple[str, str] | None = OPERATOR) -> Client:
         return Client(self.base, user)
 
     def stop(self) -> str:
+        """Stop it; what it printed after its address line."""
         self.process.terminate()
         try:
-            _, err = self.process.communicate(timeout=60)
+            self.process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.process.kill()
-            _, err = self.process.communicate()
-        return self.early + err.decode()
+            self.process.wait()
+        assert self.process.stderr is not None
+        # read through the reader that read the address: it may hold the next lines
+        err = self.process.stderr.read()
+        self.process.stderr.close()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        return err.decode()
 
 
 def wait_for(check: Any, what: str, deadline: float = 120.0) -> Any:

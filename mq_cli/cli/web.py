@@ -156,15 +156,15 @@ def _serve(app: Any, host: str, port: int, anonymous: str | None) -> None:
     # this console's own cookie: another console on this host (another port) keeps its own
     app.config["SESSION_COOKIE_NAME"] = cookie_name(app.extensions["mq"].config, port)
     shown = f"[{host}]" if ":" in host else host
-    if anonymous is not None:
+    text = f"mq: console on http://{shown}:{port}/ (Ctrl-C stops it)"
+    if anonymous is not None:  # in the same write, after the address a script reads first
         what = "reads every payload" if anonymous == "viewer" else "may retry, delete and purge"
-        click.echo(
-            f"mq: WARNING: no web.users in the config: every local user of this host acts "
+        text += (
+            f"\nmq: WARNING: no web.users in the config: every local user of this host acts "
             f"as an {anonymous} without a password ({what}); add web.users "
-            "(mq web --hash-password) to require a login",
-            err=True,
+            "(mq web --hash-password) to require a login"
         )
-    click.echo(f"mq: console on http://{shown}:{port}/ (Ctrl-C stops it)", err=True)
+    click.echo(text, err=True)
 
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt

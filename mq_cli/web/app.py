@@ -48,7 +48,9 @@ HEADERS = {
     ),
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
+    # not no-referrer: with it Chromium sends "Origin: null" on the console's own forms,
+    # which the origin check refuses; same-origin still tells other sites nothing
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 
@@ -201,6 +203,7 @@ def _http_error(exc: HTTPException) -> tuple[Any, int]:
 
 def _unexpected(exc: Exception) -> tuple[Any, int]:
     log.error("%s %s failed", request.method, request.path, exc_info=exc)
+    g.mq_broken = True  # its connection may be in any state: not reused
     return _error(500, "internal error: the console's log has the details")
 
 
