@@ -138,7 +138,9 @@ def _authenticate() -> Response | None:
     try:
         user = console().authenticate(request)
     except TooManyFailures as exc:
-        log.warning("login refused: %s, from %s", exc, request.remote_addr)
+        if exc.first:  # once a window: a flood of guesses must not flood the log
+            log.warning("logins refused from %s for %s s: too many failed", request.remote_addr,
+                        exc.retry_after)  # fmt: skip
         response = _response(429, str(exc))
         response.headers["Retry-After"] = str(exc.retry_after)
         return response

@@ -63,11 +63,13 @@ Authenticate = Callable[[Any], "Principal | None"]
 
 
 class TooManyFailures(Exception):
-    """This address failed to log in too often: 429, ``retry_after`` seconds."""
+    """This address failed to log in too often: 429, ``retry_after`` seconds.
+    ``first``: the first such answer of this window (the one worth a log line)."""
 
-    def __init__(self, retry_after: int):
+    def __init__(self, retry_after: int, first: bool):
         super().__init__(f"too many failed logins from this address: try again in {retry_after} s")
         self.retry_after = retry_after
+        self.first = first
 
 
 class Throttle:
@@ -76,28 +78,33 @@ class Throttle:
     def __init__(self, failures: int = FAILURES, window: float = WINDOW):
         self.failures = failures
         self.window = window
-        self._seen: dict[str, tuple[int, float]] = {}  # address -> (failures, first at)
+        # address -> [failures, first failure at, refused since]
+        self._seen: dict[str, list[Any]] = {}
         self._lock = threading.Lock()
 
-    def wait(self, address: str) -> int:
-        """Seconds ``address`` must wait before it may try again (0: it may now)."""
+    def check(self, address: str) -> None:
+        """Raise :class:`TooManyFailures` if ``address`` must wait before it tries again."""
         now = time.monotonic()
         with self._lock:
-            count, first = self._seen.get(address, (0, now))
-            if now - first >= self.window:
-                self._seen.pop(address, None)
-                return 0
-        return max(1, int(first + self.window - now + 0.999)) if count >= self.failures else 0
+            found = self._seen.get(address)
+            if found is None or found[0] < self.failures:
+                return
+            if now - found[1] >= self.window:
+                del self._seen[address]
+                return
+            first, found[2] = not found[2], True
+        raise TooManyFailures(max(1, int(found[1] + self.window - now + 0.999)), first)
 
     def failed(self, address: str) -> None:
         now = time.monotonic()
         with self._lock:
-            count, first = self._seen.pop(address, (0, now))
-            if now - first >= self.window:
-                count, first = 0, now
+            found = self._seen.pop(address, None)
+            if found is None or now - found[1] >= self.window:
+                found = [0, now, False]
             if len(self._seen) >= TRACKED:
                 self._seen.pop(next(iter(self._seen)))
-            self._seen[address] = (count + 1, first)
+            found[0] += 1
+            self._seen[address] = found
 
 
 def method_of(password_hash: str) -> str:
@@ -140,9 +147,7 @@ class BasicAuth:
         if known is not None and user is not None:
             return Principal(user.name, user.role)
         address = request.remote_addr or "unknown"
-        wait = self.throttle.wait(address)
-        if wait:
-            raise TooManyFailures(wait)
+        self.throttle.check(address)  # before the slow hash
         from werkzeug.security import check_password_hash
 
         hashed = user.password_hash if user is not None else self.decoy_for(name)
