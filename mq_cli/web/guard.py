@@ -80,7 +80,7 @@ def allowed_hosts(bind_host: str) -> tuple[str, ...]:
 def check_host(allowed: tuple[str, ...] | None) -> None:
     if allowed is None or host_name(request.host) in allowed:
         return
-    record("host-refused", "anonymous", f"Host {request.host!r} is not this console's")
+    record("host-refused", "anonymous", f"Host {request.host[:100]!r} is not this console's")
     raise BadRequest(
         f"refused: this console answers only Host {', '.join(allowed)} (it has no users; "
         "a name that points here from elsewhere may be DNS rebinding)"
@@ -139,10 +139,11 @@ def record(action: str, who: str | None, reason: str) -> None:
     from mq_cli.web.context import console
 
     queue = (request.view_args or {}).get("queue")
-    detail = f"{reason} path={request.path} from={request.remote_addr or 'unknown'}"
+    # a refused request chose these: cut, so that a line stays a line's size
+    detail = f"{reason[:300]} path={request.path[:200]} from={request.remote_addr or 'unknown'}"
     try:
         console().audit.record(
-            who or "anonymous", action, queue if isinstance(queue, str) else None, 0, detail
+            (who or "anonymous")[:100], action, queue if isinstance(queue, str) else None, 0, detail
         )
     except ConfigError as exc:  # the refusal stands; its record is missing
         log.error("%s", exc)
