@@ -1,8 +1,9 @@
 """The console's defences, one by one, over HTTP against real `mq web` processes (issue 49):
 the CSRF token bound to the person, the origin check, a cookie per console (``__Host-``
 under HTTPS), the anonymous console's Host rule and its warning, the caps, the login
-backoff, the decoy hash per scheme, 400 (never 500) for bad input, no database URL on
-a page, control characters shown visibly, and every refusal in the audit log."""
+backoff, 400 (never 500) for bad input, no database URL on a page, control characters
+shown visibly, `mq check`'s warning, and every refusal in the audit log. The decoy
+hashes and the parsers: tests/test_web_units.py."""
 
 from __future__ import annotations
 
