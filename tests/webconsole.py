@@ -128,12 +128,19 @@ class Server:
         return Client(self.base, user)
 
     def stop(self) -> str:
+        """Stop it; what it printed after its address line."""
         self.process.terminate()
         try:
-            _, err = self.process.communicate(timeout=60)
+            self.process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.process.kill()
-            _, err = self.process.communicate()
+            self.process.wait()
+        assert self.process.stderr is not None
+        # read through the reader that read the address: it may hold the next lines
+        err = self.process.stderr.read()
+        self.process.stderr.close()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
         return err.decode()
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from mq_cli.cli.common import State, cli, pass_state
+from mq_cli.cli.common import State, cli, log, pass_state
 from mq_cli.core.errors import ConfigError
 
 DEFAULT_BIND = "127.0.0.1:8765"
@@ -90,9 +90,11 @@ def web(state: State, bind: tuple[str, int], read_only: bool, hash_password: boo
         secret_key_file: /etc/mq/web-secret   # else sessions end with the process
 
     With no user configured the console serves loopback only, to anyone on
-    this host, as an operator (a viewer with --read-only). Every action is
-    recorded in web.audit_log and shown on the Actions page. See
-    docs/console.md, also for mounting it in a Flask, Django or FastAPI app.
+    this host, as an operator (a viewer with --read-only), says so on stderr,
+    and answers only the Host names 127.0.0.1, localhost, [::1] and the bind
+    address. Every action, and every refused attempt, is recorded in
+    web.audit_log and shown on the Actions page. See docs/console.md (its
+    security model), also for mounting it in a Flask, Django or FastAPI app.
 
     \b
     Example:  mq web
@@ -115,8 +117,14 @@ def web(state: State, bind: tuple[str, int], read_only: bool, hash_password: boo
             "could act on the queues; add web.users (see `mq web --help`) or bind 127.0.0.1"
         )
     anonymous = None if users else ("viewer" if read_only else "operator")
-    app = create_app(config, read_only=read_only, anonymous=anonymous)
-    _serve(app, host, port)
+    from mq_cli.web.guard import allowed_hosts
+
+    app = create_app(
+        config, read_only=read_only, anonymous=anonymous,
+        allowed_hosts=None if users else allowed_hosts(host),
+    )  # fmt: skip
+    log.get()  # the console's log lines (a database's error, a refused login) on stderr
+    _serve(app, host, port, anonymous)
 
 
 def _read_password() -> str:
@@ -135,18 +143,28 @@ def _hash(password: str) -> str:
     return hash_password(password)
 
 
-def _serve(app: Any, host: str, port: int) -> None:
+def _serve(app: Any, host: str, port: int, anonymous: str | None) -> None:
     from waitress import create_server
+
+    from mq_cli.web.guard import cookie_name
 
     try:
         server: Any = create_server(app, host=host, port=port, threads=THREADS, ident="mq")
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    port = getattr(server, "effective_port", port)
+    # this console's own cookie: another console on this host (another port) keeps its own
+    app.config["SESSION_COOKIE_NAME"] = cookie_name(app.extensions["mq"].config, port)
     shown = f"[{host}]" if ":" in host else host
-    click.echo(
-        f"mq: console on http://{shown}:{getattr(server, 'effective_port', port)}/ (Ctrl-C stops it)",
-        err=True,
-    )
+    text = f"mq: console on http://{shown}:{port}/ (Ctrl-C stops it)"
+    if anonymous is not None:  # in the same write, after the address a script reads first
+        what = "reads every payload" if anonymous == "viewer" else "may retry, delete and purge"
+        text += (
+            f"\nmq: WARNING: no web.users in the config: every local user of this host acts "
+            f"as an {anonymous} without a password ({what}); add web.users "
+            "(mq web --hash-password) to require a login"
+        )
+    click.echo(text, err=True)
 
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt

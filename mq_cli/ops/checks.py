@@ -38,6 +38,9 @@ def run_checks(config_path: str | None, database_url: str | None) -> list[Check]
     results.append(Check("config", True, f"{where} ({len(config.queues)} queue(s))"))
     if config.source:
         results.append(_permissions(config.source, bool(config.warnings)))
+        secrets = _web_secrets(config.source, config.web)
+        if secrets is not None:
+            results.append(secrets)
 
     try:
         backend = open_backend(
@@ -155,6 +158,29 @@ def _permissions(path: str, holds_readable_password: bool) -> Check:
         )
     mode = stat.S_IMODE(os.stat(path).st_mode)
     return Check("config file", True, f"permissions {mode:o}")
+
+
+def _web_secrets(path: str, web: object) -> Check | None:
+    """The console's inline secret_key or password hashes, in a file others can read."""
+    if not isinstance(web, dict):
+        return None
+    held = []
+    if web.get("secret_key") is not None:
+        held.append("an inline web.secret_key")
+    if isinstance(web.get("users"), dict) and web["users"]:
+        held.append("web.users password hashes")
+    if not held:
+        return None
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    if not mode & 0o077:
+        return Check("web secrets", True, f"{' and '.join(held)}, readable by its owner only")
+    return Check(
+        "web secrets",
+        True,
+        f"{path} holds {' and '.join(held)} and is readable by other users (mode {mode:o}): "
+        f"chmod 600 {path}, or keep the key in web.secret_key_file",
+        warn=True,
+    )
 
 
 def _lock_dir(config: Config) -> Check:

@@ -57,6 +57,7 @@ class Console:
     authenticators: list[Authenticate]
     anonymous: Principal | None
     basic: bool  # challenge browsers for HTTP Basic credentials
+    allowed_hosts: tuple[str, ...] | None = None  # None: any Host (users authenticate)
 
     def authenticate(self, req: Any) -> Principal | None:
         for check in self.authenticators:
@@ -93,4 +94,9 @@ def require_operator() -> Principal:
 
 
 def wants_json() -> bool:
-    return request.blueprint == "api" or request.accept_mimetypes.best == "application/json"
+    """The API's requests (also one no route matched) and a client that asks for JSON."""
+    return (
+        request.blueprint == "api"
+        or request.path.startswith("/api/")
+        or request.accept_mimetypes.best == "application/json"
+    )

@@ -2,7 +2,8 @@
 
 ``GET /api/stats`` is `mq stats --json`, ``GET /api/status`` `mq status --json`,
 ``GET /api/messages?queue=Q&state=S&limit=N`` `mq list --json` (with ``error``,
-``key`` or ``after``: the queue page's filter, a page at a time), ``GET
+``key`` or ``after``: the queue page's filter, a page at a time; ``limit`` is at
+most ``LIST_MAX``, a larger one is a 400 that says so), ``GET
 /api/messages/ID`` `mq show ID --json`.
 
 ``POST /api/messages/retry`` and ``/delete`` take a JSON object of these keys
@@ -31,18 +32,17 @@ from mq_cli.core.errors import ConfigError
 from mq_cli.ops.browse import Filter
 from mq_cli.web import bulk
 from mq_cli.web.context import console, mq, require_operator
+from mq_cli.web.inputs import ID_MAX, whole
 
 blueprint = Blueprint("api", __name__)
 LIST_LIMIT = 100
+#: the most messages one GET /api/messages returns (with payloads); page on with after=
+LIST_MAX = 1000
 
 
-def _int(name: str, default: int, low: int = 0) -> int:
+def _int(name: str, default: int, low: int = 0, high: int = ID_MAX) -> int:
     raw = request.args.get(name)
-    if raw is None:
-        return default
-    if not raw.isdigit() or int(raw) < low:
-        raise ConfigError(f"{name} must be a whole number from {low}, not {raw!r}")
-    return int(raw)
+    return default if raw is None else whole(name, raw, low, high)
 
 
 @blueprint.get("/csrf")
@@ -72,7 +72,7 @@ def messages() -> Response:
 
     queue = request.args.get("queue")
     state = request.args.get("state") or None
-    limit = _int("limit", LIST_LIMIT, 1)
+    limit = _int("limit", LIST_LIMIT, 1, LIST_MAX)
     error, key = request.args.get("error"), request.args.get("key")
     if queue is not None:
         mq().require_known(queue)

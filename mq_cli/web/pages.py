@@ -22,6 +22,7 @@ from mq_cli.ops.status import iso as iso_seconds
 from mq_cli.ops.status import seconds_text
 from mq_cli.web import charts
 from mq_cli.web.context import console, mq
+from mq_cli.web.inputs import whole
 
 blueprint = Blueprint("pages", __name__)
 #: messages per queue page
@@ -66,10 +67,8 @@ def current_filter() -> Filter:
 
 
 def cursor(name: str = "after") -> int:
-    raw = request.values.get(name, "0") or "0"
-    if not raw.isdigit():
-        raise ConfigError(f"{name} must be a message id, not {raw!r}")
-    return int(raw)
+    """A page's keyset cursor: the last id of the page before (0: the first page)."""
+    return whole(name, request.values.get(name, "0") or "0", low=0)
 
 
 @blueprint.get("/queues/<queue>")
