@@ -30,7 +30,7 @@ def test_visible_escapes_controls_but_keeps_newlines_and_tabs():
 
     from mq_cli.web.inputs import visible
 
-    assert visible("a\nb\tc") == "a\nb\tc"
+    assert visible("a\r\nb\tc") == "a\r\nb\tc"
     assert visible("\x00\x1b\x7f\x85\u061c\u200b\u200f\u202a\u202e\u2066\u2069\ufeff") == (
         "\\u0000\\u001b\\u007f\\u0085\\u061c\\u200b\\u200f\\u202a\\u202e\\u2066\\u2069\\ufeff"
     )

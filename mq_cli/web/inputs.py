@@ -4,7 +4,7 @@ A number from the address is parsed here only: ``str.isdecimal`` (``"²".isdigit
 is true and ``int("²")`` fails) and a range a database column holds (a signed 64-bit
 id), so a bad one is a 400, never a driver's overflow and a 500. What a template
 prints goes through :func:`visible` (the Jinja environment's ``finalize``): control
-characters and the invisible and bidirectional format characters become ``\\uXXXX``
+characters (but tab, newline and carriage return) and the invisible and bidirectional format characters become ``\\uXXXX``
 text, so a U+202E in an error cannot reverse what the page shows.
 """
 
@@ -22,11 +22,11 @@ from mq_cli.core.errors import ConfigError
 #: the largest id a BIGINT holds (SQLite's INTEGER, MariaDB's and PostgreSQL's BIGINT)
 ID_MAX = 2**63 - 1
 
-# C0 controls but tab and newline, DEL, C1 controls; Arabic letter mark; zero-width
+# C0 controls but tab, newline and carriage return (a CRLF text shows as text), DEL, C1 controls; Arabic letter mark; zero-width
 # space, joiners and the LTR/RTL marks; the embeddings and overrides; the word joiner
 # and invisible operators; the isolates; the byte-order mark (zero-width no-break space).
 _HIDDEN = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
 )
 
 
