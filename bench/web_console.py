@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/web_console.py [--messages 1000000] [--failed 100]
         [--database sqlite:////tmp/mq-bench-web.db] [--rounds 7] [--keep] [--drop]
+        [--only overview,stats]
 
 Fills mq's table `mq_bench_web` (dropped first, with its companions) with
 ``--messages`` rows in a realistic mix of queues and states (bench/web_fill.py:
@@ -43,6 +44,7 @@ def prepare(url: str, messages: int, failed: int, config: str, keep: bool) -> No
     import mq_cli
     from mq_cli.core.config import load_config
 
+    print(f"mq from {os.path.dirname(mq_cli.__file__)}", flush=True)
     held = web_fill.count(url, TABLE) if keep else -1
     mq = mq_cli.MQ(load_config(config, url))
     if held < messages * 0.99:  # a drain purges expired tombstones
@@ -127,6 +129,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--keep", action="store_true", help="reuse a table of this size")
     parser.add_argument("--drop", action="store_true", help="drop the table at the end")
+    parser.add_argument("--only", default="", help="time the pages whose name has one of "
+                        "these comma-separated words (default: all)")  # fmt: skip
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="mq-bench-web-")
     config = os.path.join(work, "mq.yaml")
@@ -149,7 +153,10 @@ def main() -> int:
         base = found.group(0).rstrip("/")
         over = []
         load = os.getloadavg()[0]
+        words = [w for w in args.only.split(",") if w]
         for name, path in pages(base, args.messages).items():
+            if words and not any(w in name for w in words):
+                continue
             median, slowest = timed(base + path, args.rounds)
             goal = OVERVIEW_GOAL_MS if args.messages > 1_000_000 else GOAL_MS
             if median > (goal if name.startswith("overview") else GOAL_MS):

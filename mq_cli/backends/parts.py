@@ -97,9 +97,10 @@ class OperatePart(Protocol):
     """What operators do and see: stats, gc, list, show, retry, delete, purge (backends/sqlops.py)."""
 
     def stats(
-        self, queue: str | None, stalled_after: Callable[[str], float]
+        self, queue: str | None, stalled_after: Callable[[str], float], estimate: bool = False
     ) -> dict[str, QueueStats]:
-        """Counts per queue (only queues that hold messages)."""
+        """Counts per queue (only queues that hold messages); ``estimate``: in bounded
+        time, each count exact up to a bound and estimated beyond (backends/counts.py)."""
 
     def now(self) -> datetime:
         """The database's clock, UTC (ages and "available in" are measured with it)."""

@@ -74,8 +74,13 @@ def browse(
     scanned = 0
     cursor = after
     exhausted = False
+    wanted = limit  # rows to read next when not all match: grows while few of them do
     while len(found) < limit and scanned < scan:
-        size = min(OPERATE_BATCH, max(limit - len(found), 1) if _exact(chosen) else OPERATE_BATCH)
+        if _exact(chosen):
+            size = min(OPERATE_BATCH, max(limit - len(found), 1))
+        else:  # a dense state's page reads little more than it shows
+            size = min(wanted, OPERATE_BATCH, scan - scanned)
+            wanted *= 4
         rows = backend.list_messages(queue, status, cursor, size)
         if not rows:
             exhausted = True
