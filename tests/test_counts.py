@@ -52,7 +52,7 @@ def test_the_console_marks_the_counts_it_estimates(db, tmp_path):
         assert f">~{big:,}</abbr>" in overview and 'title="an estimate' in overview
         assert ">3</a>" in overview  # the small queue's count, unmarked
         page = operator.get("/queues/big").body
-        assert f'ready <abbr class="estimate" title="an estimate' in page and f"~{big:,}" in page
+        assert 'ready <abbr class="estimate" title="an estimate' in page and f"~{big:,}" in page
         assert "~" not in operator.get("/queues/small").body.split('class="counts"')[1][:200]
     finally:
         server.stop()
@@ -99,3 +99,19 @@ def test_a_big_queue_pages_by_id_as_a_small_one_does(db, monkeypatch):
     monkeypatch.setattr(sqlops, "BY_ID", 5)
     assert [listed(*args) for args in choices] == sorted_read
     assert len(sorted_read[0]) == 15 and {s for _, s in sorted_read[2]} == {"delayed"}
+
+
+def test_the_oldest_ready_message_is_found_across_priorities(db, monkeypatch):
+    """The console's backlog age (the first of each priority, then the first due
+    delayed one) is the one `mq stats` reads, however many priorities there are."""
+    with mq_cli.connect(database=db.url) as mq:
+        mq.enqueue_many("a", range(3), priority=0)  # the oldest, of the lowest priority
+        db.sql(f"UPDATE mq_messages SET available_at = {db.now_sql(-600)} WHERE queue = 'a'")
+        for priority in (1, 2, 3):
+            mq.enqueue_many("a", range(2), priority=priority)
+        exact = mq.stats()["a"].oldest_ready_seconds
+        bounded = mq.stats(estimate=True)["a"].oldest_ready_seconds
+        monkeypatch.setattr(counts, "PRIORITIES", 2)  # the rest in one read
+        rest = mq.stats(estimate=True)["a"].oldest_ready_seconds
+    assert exact is not None and bounded is not None and rest is not None
+    assert 599 < exact < 660 and abs(bounded - exact) < 5 and abs(rest - exact) < 5

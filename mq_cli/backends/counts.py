@@ -42,6 +42,8 @@ WINDOWS = 20
 WIDTH = 1_000
 SAMPLE_AGE = 10.0
 STATES = ("ready", "delayed", "processing", "failed")
+#: priorities looked up one by one for the oldest ready message; the rest in one read
+PRIORITIES = 20
 
 Sample = dict[str, list[float]]
 
@@ -72,10 +74,7 @@ def bounded(
             owners = ops.owner_counts(name, stalled_after(name))
             dead = ops.dead_owners([owner for owner, _, _ in owners])
             stalled = sum(total if owner in dead else old for owner, total, old in owners)
-        oldest = None
-        if counts["ready"]:
-            seconds = db._rows(db._sql["oldest_ready"], (name,) * 4)[0][0]
-            oldest = max(float(seconds), 0.0) if seconds is not None else None
+        oldest = _oldest_ready(ops, name) if counts["ready"] else None
         result[name] = QueueStats(
             ready=counts["ready"],
             delayed=counts["delayed"],
@@ -86,6 +85,24 @@ def bounded(
             estimated=tuple(estimated),
         )
     return result
+
+
+def _oldest_ready(ops: SqlOperate, queue: str) -> float | None:
+    """Seconds since the oldest ready message became due: a few index steps (the first
+    of each priority, and the first due delayed one), not a read of every ready row."""
+    db = ops.db
+    ages = [row[0] for row in db._rows(db._sql["first_due_age"], (queue,))]
+    below = 1 << 31  # above any priority (an INTEGER)
+    for _ in range(PRIORITIES):
+        found = db._rows(db._sql["next_priority"], (queue, below))
+        if not found:
+            break
+        below = int(found[0][0])
+        ages += [row[0] for row in db._rows(db._sql["first_ready_age"], (queue, below))]
+    else:  # so many priorities: the rest in one read of their part of the index
+        ages += [row[0] for row in db._rows(db._sql["rest_ready_age"], (queue, below))]
+    known = [float(age) for age in ages if age is not None]
+    return max(max(known), 0.0) if known else None
 
 
 def _kept_sample(ops: SqlOperate) -> Sample:

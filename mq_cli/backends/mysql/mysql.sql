@@ -98,9 +98,10 @@ GROUP BY queue
 ORDER BY queue
 
 -- name: queue_names
--- Every queue holding a row (a tombstone too): GROUP BY on the claim index's
--- first column is a loose index scan, one step a queue, not a read of every row.
-SELECT queue FROM `{table}` FORCE INDEX (`{table}_claim`) GROUP BY queue
+-- Every queue holding a row (a tombstone too): GROUP BY on the due index's first
+-- column is a loose index scan, one step a queue (the claim index's descending
+-- part rules it out there), not a read of every row.
+SELECT queue FROM `{table}` FORCE INDEX (`{table}_due`) GROUP BY queue
 
 -- name: stats_bounded
 -- One queue's counts (ready, delayed, processing, failed), each read from an
@@ -118,25 +119,27 @@ SELECT
   (SELECT COUNT(*) FROM (SELECT 1 FROM `{table}` WHERE queue = %s AND status = 'processing' LIMIT %s) p),
   (SELECT COUNT(*) FROM (SELECT 1 FROM `{table}` WHERE queue = %s AND status = 'failed' LIMIT %s) f)
 
--- name: oldest_ready
--- Seconds since the oldest ready message of a queue became due: the first of
--- each priority's part of the claim index (a skip scan over the priorities),
--- and the first due delayed one on the due index. A few index steps.
-WITH RECURSIVE p(v) AS (
-  SELECT MAX(priority) FROM `{table}` WHERE queue = %s AND status = 'ready'
-  UNION ALL
-  SELECT (SELECT MAX(priority) FROM `{table}` WHERE queue = %s AND status = 'ready' AND priority < p.v)
-  FROM p WHERE p.v IS NOT NULL
-)
-SELECT TIMESTAMPDIFF(MICROSECOND, MIN(first), UTC_TIMESTAMP(6)) / 1000000.0
-FROM (
-  SELECT (SELECT MIN(available_at) FROM `{table}`
-          WHERE queue = %s AND status = 'ready' AND priority = p.v) AS first
-  FROM p WHERE p.v IS NOT NULL
-  UNION ALL
-  SELECT MIN(available_at) FROM `{table}`
-  WHERE queue = %s AND status = 'delayed' AND available_at <= UTC_TIMESTAMP(6)
-) o
+-- name: next_priority
+-- The oldest ready message (counts.py) is the first of one priority's part of
+-- the claim index: its priorities one index step each, highest first.
+SELECT priority FROM `{table}` WHERE queue = %s AND status = 'ready' AND priority < %s
+ORDER BY priority DESC LIMIT 1
+
+-- name: first_ready_age
+-- Seconds since the first ready message of a queue and priority became due.
+SELECT TIMESTAMPDIFF(MICROSECOND, available_at, UTC_TIMESTAMP(6)) / 1000000.0 FROM `{table}`
+WHERE queue = %s AND status = 'ready' AND priority = %s
+ORDER BY available_at LIMIT 1
+
+-- name: rest_ready_age
+-- The same for every priority below one (past counts.PRIORITIES of them).
+SELECT TIMESTAMPDIFF(MICROSECOND, MIN(available_at), UTC_TIMESTAMP(6)) / 1000000.0 FROM `{table}`
+WHERE queue = %s AND status = 'ready' AND priority < %s
+
+-- name: first_due_age
+-- Seconds since the first due delayed message of a queue became due (the due index).
+SELECT TIMESTAMPDIFF(MICROSECOND, MIN(available_at), UTC_TIMESTAMP(6)) / 1000000.0 FROM `{table}`
+WHERE queue = %s AND status = 'delayed' AND available_at <= UTC_TIMESTAMP(6)
 
 -- name: id_span
 -- Two subqueries: each is one step at an end of the primary key.
@@ -240,7 +243,7 @@ SELECT UTC_TIMESTAMP(6)
 -- name: queues_with_status
 -- A loose index scan over the queues (see queue_names), then one index probe
 -- each: not a DISTINCT over every row.
-SELECT name FROM (SELECT queue AS name FROM `{table}` FORCE INDEX (`{table}_claim`)
+SELECT name FROM (SELECT queue AS name FROM `{table}` FORCE INDEX (`{table}_due`)
                   GROUP BY queue) q
 WHERE EXISTS (SELECT 1 FROM `{table}` WHERE queue = q.name AND status IN (%s, %s))
 ORDER BY name

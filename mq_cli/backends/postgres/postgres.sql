@@ -154,26 +154,27 @@ SELECT
   (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM "{table}"
                                     WHERE queue = %s AND status = 'failed' LIMIT %s) f)
 
--- name: oldest_ready
--- Seconds since the oldest ready message of a queue became due: the first of
--- each priority's part of the claim index (a skip scan over the priorities),
--- and the first due delayed one on the due index. A few index steps.
-WITH RECURSIVE p(v) AS (
-  SELECT pg_catalog.max(priority) FROM "{table}" WHERE queue = %s AND status = 'ready'
-  UNION ALL
-  SELECT (SELECT pg_catalog.max(priority) FROM "{table}"
-          WHERE queue = %s AND status = 'ready' AND priority < p.v)
-  FROM p WHERE p.v IS NOT NULL
-)
-SELECT EXTRACT(EPOCH FROM pg_catalog.now() - pg_catalog.min(first))
-FROM (
-  SELECT (SELECT pg_catalog.min(available_at) FROM "{table}"
-          WHERE queue = %s AND status = 'ready' AND priority = p.v) AS first
-  FROM p WHERE p.v IS NOT NULL
-  UNION ALL
-  SELECT pg_catalog.min(available_at) FROM "{table}"
-  WHERE queue = %s AND status = 'delayed' AND available_at <= pg_catalog.now()
-) o
+-- name: next_priority
+-- The oldest ready message (counts.py) is the first of one priority's part of
+-- the claim index: its priorities one index step each, highest first.
+SELECT priority FROM "{table}" WHERE queue = %s AND status = 'ready' AND priority < %s
+ORDER BY priority DESC LIMIT 1
+
+-- name: first_ready_age
+-- Seconds since the first ready message of a queue and priority became due.
+SELECT EXTRACT(EPOCH FROM pg_catalog.now() - available_at) FROM "{table}"
+WHERE queue = %s AND status = 'ready' AND priority = %s
+ORDER BY available_at LIMIT 1
+
+-- name: rest_ready_age
+-- The same for every priority below one (past counts.PRIORITIES of them).
+SELECT EXTRACT(EPOCH FROM pg_catalog.now() - pg_catalog.min(available_at)) FROM "{table}"
+WHERE queue = %s AND status = 'ready' AND priority < %s
+
+-- name: first_due_age
+-- Seconds since the first due delayed message of a queue became due (the due index).
+SELECT EXTRACT(EPOCH FROM pg_catalog.now() - pg_catalog.min(available_at)) FROM "{table}"
+WHERE queue = %s AND status = 'delayed' AND available_at <= pg_catalog.now()
 
 -- name: id_span
 -- Two subqueries: each is one step at an end of the primary key.

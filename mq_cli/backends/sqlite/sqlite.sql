@@ -94,25 +94,27 @@ SELECT
   (SELECT COUNT(*) FROM (SELECT 1 FROM "{table}" WHERE queue = ? AND status = 'processing' LIMIT ?)),
   (SELECT COUNT(*) FROM (SELECT 1 FROM "{table}" WHERE queue = ? AND status = 'failed' LIMIT ?))
 
--- name: oldest_ready
--- Seconds since the oldest ready message of a queue became due: the first of
--- each priority's part of the claim index (a skip scan over the priorities),
--- and the first due delayed one on the due index. A few index steps.
-WITH RECURSIVE p(v) AS (
-  SELECT MAX(priority) FROM "{table}" WHERE queue = ? AND status = 'ready'
-  UNION ALL
-  SELECT (SELECT MAX(priority) FROM "{table}" WHERE queue = ? AND status = 'ready' AND priority < p.v)
-  FROM p WHERE p.v IS NOT NULL
-)
-SELECT (julianday('now') - julianday(MIN(first))) * 86400.0
-FROM (
-  SELECT (SELECT MIN(available_at) FROM "{table}"
-          WHERE queue = ? AND status = 'ready' AND priority = p.v) AS first
-  FROM p WHERE p.v IS NOT NULL
-  UNION ALL
-  SELECT MIN(available_at) FROM "{table}"
-  WHERE queue = ? AND status = 'delayed' AND available_at <= {now}
-)
+-- name: next_priority
+-- The oldest ready message (counts.py) is the first of one priority's part of
+-- the claim index: its priorities one index step each, highest first.
+SELECT priority FROM "{table}" WHERE queue = ? AND status = 'ready' AND priority < ?
+ORDER BY priority DESC LIMIT 1
+
+-- name: first_ready_age
+-- Seconds since the first ready message of a queue and priority became due.
+SELECT (julianday('now') - julianday(available_at)) * 86400.0 FROM "{table}"
+WHERE queue = ? AND status = 'ready' AND priority = ?
+ORDER BY available_at LIMIT 1
+
+-- name: rest_ready_age
+-- The same for every priority below one (past counts.PRIORITIES of them).
+SELECT (julianday('now') - julianday(MIN(available_at))) * 86400.0 FROM "{table}"
+WHERE queue = ? AND status = 'ready' AND priority < ?
+
+-- name: first_due_age
+-- Seconds since the first due delayed message of a queue became due (the due index).
+SELECT (julianday('now') - julianday(MIN(available_at))) * 86400.0 FROM "{table}"
+WHERE queue = ? AND status = 'delayed' AND available_at <= {now}
 
 -- name: id_span
 -- Two subqueries: each is one step at an end of the primary key.
