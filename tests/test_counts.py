@@ -106,7 +106,7 @@ def test_the_oldest_ready_message_is_found_across_priorities(db, monkeypatch):
     delayed one) is the one `mq stats` reads, however many priorities there are."""
     with mq_cli.connect(database=db.url) as mq:
         mq.enqueue_many("a", range(3), priority=0)  # the oldest, of the lowest priority
-        db.sql(f"UPDATE mq_messages SET available_at = {db.now_sql(-600)} WHERE queue = 'a'")
+        db.sql(f"UPDATE mq_messages SET available_at = {db.now_sql(-600)} WHERE queue = 'a'")  # noqa: S608
         for priority in (1, 2, 3):
             mq.enqueue_many("a", range(2), priority=priority)
         exact = mq.stats()["a"].oldest_ready_seconds
