@@ -127,8 +127,8 @@ ORDER BY queue
 -- name: queue_names
 -- Every queue holding a row (a tombstone too), one index step each: a skip scan,
 -- not a DISTINCT over the whole table (which reads every row at 10M).
-WITH RECURSIVE q(name) AS (
-  SELECT pg_catalog.min(queue) FROM "{table}"
+WITH RECURSIVE q AS (
+  SELECT pg_catalog.min(queue) AS name FROM "{table}"
   UNION ALL
   SELECT (SELECT pg_catalog.min(queue) FROM "{table}" WHERE queue > q.name)
   FROM q WHERE q.name IS NOT NULL
@@ -309,8 +309,8 @@ SELECT pg_catalog.now()
 -- name: queues_with_status
 -- A skip scan over the queues (see queue_names), then one index probe each:
 -- not a DISTINCT over every row.
-WITH RECURSIVE q(name) AS (
-  SELECT pg_catalog.min(queue) FROM "{table}"
+WITH RECURSIVE q AS (
+  SELECT pg_catalog.min(queue) AS name FROM "{table}"
   UNION ALL
   SELECT (SELECT pg_catalog.min(queue) FROM "{table}" WHERE queue > q.name)
   FROM q WHERE q.name IS NOT NULL
