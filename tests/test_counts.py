@@ -6,6 +6,7 @@ key (sqlops.BY_ID) and show what the sorted pages show."""
 from __future__ import annotations
 
 import json
+import time
 
 import mq_cli
 from mq_cli.backends import counts, sqlops
@@ -115,3 +116,30 @@ def test_the_oldest_ready_message_is_found_across_priorities(db, monkeypatch):
         rest = mq.stats(estimate=True)["a"].oldest_ready_seconds
     assert exact is not None and bounded is not None and rest is not None
     assert 599 < exact < 660 and abs(bounded - exact) < 5 and abs(rest - exact) < 5
+
+
+def test_a_unique_key_is_looked_up_and_delayed_pages_read_delayed_rows(db):
+    """The queue page's key filter reads the unique index (one message at most, in its
+    queue, its state filter still applied); its delayed filter lists exactly the
+    messages `mq list --status delayed` does."""
+    from mq_cli.ops.browse import Filter
+
+    with mq_cli.connect(database=db.url) as mq:
+        for i in range(20):
+            mq.enqueue("a", i, unique_key=f"k{i}", delay=3600 if i % 3 == 0 else 0)
+        mq.enqueue("b", "other", unique_key="k5")
+        mq.enqueue("a", "due soon", delay=0.05)  # stored delayed, then due: ready
+        page = mq.browse("a", Filter(unique_key="k5"))
+        assert [(m.unique_key, m.queue) for m in page.messages] == [("k5", "a")]
+        assert page.next_after is None
+        assert mq.browse("a", Filter(unique_key="k6", state="delayed")).messages
+        assert not mq.browse("a", Filter(unique_key="k5", state="delayed")).messages
+        assert not mq.browse("a", Filter(unique_key="nope")).messages
+        assert not mq.browse("a", Filter(unique_key="k5"), after=page.messages[0].id).messages
+        time.sleep(0.2)
+        delayed = mq.browse("a", Filter(state="delayed"))
+        listed = mq.list_messages("a", "delayed", 100)
+    assert [m.id for m in delayed.messages] == [item.message.id for item in listed]
+    assert len(delayed.messages) == 7 and {delayed.states[m.id] for m in delayed.messages} == {
+        "delayed"
+    }

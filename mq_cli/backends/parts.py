@@ -113,6 +113,9 @@ class OperatePart(Protocol):
     ) -> list[Message]:
         """Up to ``limit`` messages with id > ``after_id``, by id; ``status`` None: any live one."""
 
+    def list_key(self, queue: str, unique_key: str) -> list[Message]:
+        """The live message of ``queue`` with ``unique_key`` (none or one), by the unique index."""
+
     def find_stalled(
         self, queue: str, older_than: float, after_id: int | None, limit: int
     ) -> list[Message]:

@@ -99,6 +99,9 @@ class SqlOperate:
             return self._messages(name, (queue, after_id, limit))
         return self._messages(name, (queue, *stored_statuses(status), after_id, limit))
 
+    def list_key(self, queue: str, unique_key: str) -> list[Message]:
+        return self._messages("list_key", (queue, unique_key))
+
     def find_stalled(
         self, queue: str, older_than: float, after_id: int | None, limit: int
     ) -> list[Message]:

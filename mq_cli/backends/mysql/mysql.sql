@@ -264,6 +264,14 @@ WHERE queue = %s AND status IN (%s, %s) AND id > %s
 ORDER BY id
 LIMIT %s
 
+-- name: list_key
+-- The live message of a queue with a unique key, if any: one step on the unique
+-- index (unique_slot is the queue and the key; a queue name has no ':').
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM `{table}`
+WHERE unique_slot = CONCAT(%s, ':', %s) AND status IN ('ready', 'delayed', 'processing', 'failed')
+
 -- name: find_stalled
 -- Stalled: processing, heartbeat older than the bound (now + a negative number of
 -- microseconds).

@@ -336,6 +336,13 @@ WHERE queue = %s AND status IN (%s, %s) AND id > %s
 ORDER BY id
 LIMIT %s
 
+-- name: list_key
+-- The live message of a queue with a unique key, if any: one step on the unique index.
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM "{table}"
+WHERE queue = %s AND unique_key = %s AND status IN ('ready', 'delayed', 'processing', 'failed')
+
 -- name: find_stalled
 SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
        last_error, owner, heartbeat_at

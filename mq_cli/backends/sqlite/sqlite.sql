@@ -260,6 +260,13 @@ WHERE +queue = ? AND status IN (?, ?) AND id > ?
 ORDER BY id
 LIMIT ?
 
+-- name: list_key
+-- The live message of a queue with a unique key, if any: one step on the unique index.
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM "{table}"
+WHERE queue = ? AND unique_key = ? AND status IN ('ready', 'delayed', 'processing', 'failed')
+
 -- name: find_stalled
 SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
        last_error, owner, heartbeat_at
