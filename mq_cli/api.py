@@ -167,8 +167,8 @@ class MQ:
 
     # -- reading ----------------------------------------------------------
 
-    def stats(self, queue: str | None = None) -> dict[str, QueueStats]:
-        """Counts per queue: every configured queue, plus any other queue holding messages."""
+    def stats(self, queue: str | None = None, estimate: bool = False) -> dict[str, QueueStats]:
+        """Counts of every configured queue and any other holding messages (see counts.py)."""
         if queue is not None:
             validate_queue_name(queue)
         from mq_cli.drain import clock
@@ -182,7 +182,7 @@ class MQ:
                 return 3e8  # a clock step: no heartbeat age means anything yet (~10 years)
             return bound
 
-        found = reader.stats(queue, stalled_after)
+        found = reader.stats(queue, stalled_after, estimate)
         paused = reader.paused()
         names = [queue] if queue else sorted(set(found) | set(self.config.queues) | set(paused))
         result = {name: found.get(name, QueueStats()) for name in names}
@@ -190,13 +190,13 @@ class MQ:
             result[name].paused = True
         return result
 
-    def status(self, queue: str | None = None) -> Status:
+    def status(self, queue: str | None = None, estimate: bool = False) -> Status:
         """Live drains, recent runs and per-queue throughput from the run log (`mq status`)."""
         if queue is not None:
             validate_queue_name(queue)
         from mq_cli.ops.status import read
 
-        return read(self, self._reader, queue)
+        return read(self, self._reader, queue, estimate)
 
     def status_page(self, status: Status, refresh: int = 60) -> str:
         """`mq status --html`'s page for ``status``, reloading itself every ``refresh``
@@ -326,10 +326,10 @@ class MQ:
         validate_queue_name(queue)
         if traces or queue in self.config.queues:
             return
-        counts = self.stats(queue)[queue]  # a database without mq's schema says so here
-        if counts.paused or counts != QueueStats():
+        found = self.stats(queue, estimate=True)[queue]  # no mq schema says so here
+        if found.paused or found != QueueStats():
             return
-        existing = sorted(set(self.config.queues) | set(self.stats()))
+        existing = sorted(set(self.config.queues) | set(self.stats(estimate=True)))
         raise ConfigError(
             f"queue {queue!r} is unknown: not configured, no messages{more}; "
             f"queues: {', '.join(existing) or 'none'}"

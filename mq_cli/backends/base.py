@@ -266,6 +266,7 @@ class Backend(ABC):
     now = by("operate", parts.OperatePart.now)
     queues_with_status = by("operate", parts.OperatePart.queues_with_status)
     list_messages = by("operate", parts.OperatePart.list_messages)
+    list_key = by("operate", parts.OperatePart.list_key)
     find_stalled = by("operate", parts.OperatePart.find_stalled)
     find_failed = by("operate", parts.OperatePart.find_failed)
     requeue_stalled = by("operate", parts.OperatePart.requeue_stalled)

@@ -97,9 +97,10 @@ class OperatePart(Protocol):
     """What operators do and see: stats, gc, list, show, retry, delete, purge (backends/sqlops.py)."""
 
     def stats(
-        self, queue: str | None, stalled_after: Callable[[str], float]
+        self, queue: str | None, stalled_after: Callable[[str], float], estimate: bool = False
     ) -> dict[str, QueueStats]:
-        """Counts per queue (only queues that hold messages)."""
+        """Counts per queue (only queues that hold messages); ``estimate``: in bounded
+        time, each count exact up to a bound and estimated beyond (backends/counts.py)."""
 
     def now(self) -> datetime:
         """The database's clock, UTC (ages and "available in" are measured with it)."""
@@ -111,6 +112,9 @@ class OperatePart(Protocol):
         self, queue: str, status: str | None, after_id: int, limit: int
     ) -> list[Message]:
         """Up to ``limit`` messages with id > ``after_id``, by id; ``status`` None: any live one."""
+
+    def list_key(self, queue: str, unique_key: str) -> list[Message]:
+        """The live message of ``queue`` with ``unique_key`` (none or one), by the unique index."""
 
     def find_stalled(
         self, queue: str, older_than: float, after_id: int | None, limit: int

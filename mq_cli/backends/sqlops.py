@@ -39,6 +39,13 @@ def stored_statuses(status: str) -> tuple[str, str]:
     return (status, "delayed") if status == "ready" else (status, status)
 
 
+#: the statuses of live messages
+LIVE = ("ready", "delayed", "processing", "failed")
+#: from this many messages a queue's page walks the primary key (list_all_by_id in
+#: sqlite.sql) rather than sorting them all by id; below, the sort is cheaper
+BY_ID = 10_000
+
+
 class SqlOperate:
     """The operators' statements (parts.OperatePart) over a dialect's executor."""
 
@@ -83,9 +90,17 @@ class SqlOperate:
     def list_messages(
         self, queue: str, status: str | None, after_id: int, limit: int
     ) -> list[Message]:
+        statuses = LIVE if status is None else stored_statuses(status) * 2
+        name = "list_all" if status is None else "list_status"
+        if "count_bounded" in self.db._sql:  # a dialect without a planner's statistics
+            held = self.db._rows(self.db._sql["count_bounded"], (queue, *statuses, BY_ID))
+            name += "_by_id" if int(held[0][0]) >= BY_ID else ""
         if status is None:
-            return self._messages("list_all", (queue, after_id, limit))
-        return self._messages("list_status", (queue, *stored_statuses(status), after_id, limit))
+            return self._messages(name, (queue, after_id, limit))
+        return self._messages(name, (queue, *stored_statuses(status), after_id, limit))
+
+    def list_key(self, queue: str, unique_key: str) -> list[Message]:
+        return self._messages("list_key", (queue, unique_key))
 
     def find_stalled(
         self, queue: str, older_than: float, after_id: int | None, limit: int
@@ -194,8 +209,12 @@ class SqlOperate:
         return [(row[0], int(row[1]), int(row[2] or 0)) for row in rows]
 
     def stats(
-        self, queue: str | None, stalled_after: Callable[[str], float]
+        self, queue: str | None, stalled_after: Callable[[str], float], estimate: bool = False
     ) -> dict[str, QueueStats]:
+        if estimate:
+            from mq_cli.backends.counts import ESTIMATE_ABOVE, bounded
+
+            return bounded(self, queue, stalled_after, ESTIMATE_ABOVE)
         where = f"AND queue = {self.db.mark}" if queue else ""
         result: dict[str, QueueStats] = {}
         rows = self.db._rows(

@@ -129,9 +129,12 @@ class QueueStats:
     failed: int = 0
     oldest_ready_seconds: float | None = None
     paused: bool = False  # `mq pause`: drains skip it on every host
+    #: the counts that are estimates (the console's, above a bound: backends/counts.py);
+    #: in the JSON only when there is one, so exact counts read as `mq stats --json`
+    estimated: tuple[str, ...] = field(default=(), compare=False)
 
     def to_json(self) -> dict[str, object]:
-        return {
+        found: dict[str, object] = {
             "ready": self.ready,
             "delayed": self.delayed,
             "processing": self.processing,
@@ -142,6 +145,9 @@ class QueueStats:
             ),
             "paused": self.paused,
         }
+        if self.estimated:
+            found["estimated"] = list(self.estimated)
+        return found
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """A queue's messages a page at a time, for the console: by state, error text and unique key.
 
 Pages are keyset pages (``id > after``, by id, on the queue's index), so page 5,000
-of a million-row table costs what page 1 does. The text filters run on the rows
+of a million-row table costs what page 1 does; a unique key is looked up on the
+unique index. The text filters run on the rows
 the index returns, with a budget of rows looked at per page (:data:`SCAN`): a
 filter that matches nothing in a million rows answers "none up to id N, go on"
 in bounded time instead of reading the whole table in one request.
@@ -67,6 +68,8 @@ def browse(
     if limit < 1:
         raise ConfigError("the limit must be at least 1")
     status = STATE_STATUS.get(chosen.state or "", chosen.state)
+    if chosen.state == "delayed":  # stored 'delayed' (a due one is ready: left out below)
+        status = "delayed"
     stalled_after = config.queue(queue).stalled_after
     now = backend.now()
     found: list[Message] = []
@@ -74,9 +77,18 @@ def browse(
     scanned = 0
     cursor = after
     exhausted = False
+    wanted = limit  # rows to read next when not all match: grows while few of them do
     while len(found) < limit and scanned < scan:
-        size = min(OPERATE_BATCH, max(limit - len(found), 1) if _exact(chosen) else OPERATE_BATCH)
-        rows = backend.list_messages(queue, status, cursor, size)
+        if _exact(chosen):
+            size = min(OPERATE_BATCH, max(limit - len(found), 1))
+        else:  # a dense state's page reads little more than it shows
+            size = min(wanted, OPERATE_BATCH, scan - scanned)
+            wanted *= 4
+        if chosen.unique_key is not None:  # one message at most: the unique index has it
+            rows = [m for m in backend.list_key(queue, chosen.unique_key) if m.id > cursor]
+            size = len(rows) + 1  # and nothing after it
+        else:
+            rows = backend.list_messages(queue, status, cursor, size)
         if not rows:
             exhausted = True
             break

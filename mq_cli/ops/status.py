@@ -28,7 +28,7 @@ class Reader(Protocol):
     @property
     def config(self) -> Config: ...
 
-    def stats(self, queue: str | None = None) -> dict[str, QueueStats]: ...
+    def stats(self, queue: str | None = None, estimate: bool = False) -> dict[str, QueueStats]: ...
 
     def queue(self, name: str) -> QueueConfig: ...
 
@@ -202,12 +202,13 @@ def hour_by_queue(backend: Backend, now: float) -> dict[str, Throughput]:
     return found
 
 
-def read(mq: Reader, backend: Backend, queue: str | None = None) -> Status:
-    """What `mq status` shows; ``queue`` narrows it (an unknown one is exit 2)."""
+def read(mq: Reader, backend: Backend, queue: str | None = None, estimate: bool = False) -> Status:
+    """What `mq status` shows; ``queue`` narrows it (an unknown one is exit 2);
+    ``estimate``: the counts in bounded time, estimated above a bound (the console)."""
     unreadable = runlog.problem(backend)
     if unreadable is not None:
         raise unreadable
-    stats = mq.stats(queue)
+    stats = mq.stats(queue, estimate)
     now = backend.now().timestamp()
     slices = backend.rollup_since(now - 3600)
     recent = backend.runs_recent(RUNS_READ)

@@ -1,6 +1,8 @@
 """The JSON API under /api/, for scripts: the shapes of the CLI's --json, the console's auth.
 
-``GET /api/stats`` is `mq stats --json`, ``GET /api/status`` `mq status --json`,
+``GET /api/stats`` is `mq stats --json`, ``GET /api/status`` `mq status --json`
+(with each queue's ``estimated``: the counts above a bound that are estimates, read
+in bounded time at any size; ``?exact=1`` counts exactly, as the CLI does),
 ``GET /api/messages?queue=Q&state=S&limit=N`` `mq list --json` (with ``error``,
 ``key`` or ``after``: the queue page's filter, a page at a time; ``limit`` is at
 most ``LIST_MAX``, a larger one is a 400 that says so), ``GET
@@ -50,20 +52,30 @@ def csrf() -> Response:
     return jsonify(csrf_token=generate_csrf())
 
 
+def _estimate() -> bool:
+    """Counts in bounded time (estimates above a bound) unless ``?exact=1``."""
+    exact = request.args.get("exact", "0")
+    if exact not in ("0", "1"):
+        raise ConfigError(f"exact must be 0 or 1, not {exact!r}")
+    return exact == "0"
+
+
 @blueprint.get("/stats")
 def stats() -> Response:
     queue = request.args.get("queue")
+    estimate = _estimate()
     if queue is not None:
         mq().require_known(queue)
-    return jsonify({name: s.to_json() for name, s in mq().stats(queue).items()})
+    return jsonify({name: s.to_json() for name, s in mq().stats(queue, estimate).items()})
 
 
 @blueprint.get("/status")
 def status() -> Response:
     queue = request.args.get("queue")
+    estimate = _estimate()
     if queue is not None:
         mq().require_known(queue)
-    return jsonify(mq().status(queue).to_json())
+    return jsonify(mq().status(queue, estimate).to_json())
 
 
 @blueprint.get("/messages")

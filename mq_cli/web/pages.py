@@ -11,10 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, abort, render_template, request
+from markupsafe import Markup
 
+from mq_cli.backends.counts import ESTIMATE_ABOVE
 from mq_cli.core.durations import format_duration
 from mq_cli.core.errors import ConfigError
-from mq_cli.core.models import STATES, iso
+from mq_cli.core.models import STATES, QueueStats, iso
 from mq_cli.core.render import error_line, payload_view
 from mq_cli.ops import health
 from mq_cli.ops.browse import Filter
@@ -31,9 +33,25 @@ PAGE_SIZE = 50
 REFRESH = 5
 
 
+def count(stats: QueueStats, name: str) -> Markup:
+    """A count as the pages show it: an estimate (above backends/counts.ESTIMATE_ABOVE,
+    read in bounded time) is marked "~", with a title that says so."""
+    value = getattr(stats, name)
+    if name not in stats.estimated:
+        return Markup(str(int(value)))
+    return Markup('<abbr class="estimate" title="{}">~{}</abbr>').format(ESTIMATED, f"{value:,}")
+
+
+#: what a "~" count is
+ESTIMATED = (
+    f"an estimate: above {ESTIMATE_ABOVE:,} the console samples the table; mq stats counts exactly"
+)
+
+
 def _live(template: str, partial: str, **context: Any) -> str:
     """The whole page, or (``?fragment=1``, the script's refresh) only what changes."""
     context.update(refresh=REFRESH, seconds_text=seconds_text, iso=iso, iso_seconds=iso_seconds)
+    context.update(count=count, estimated=ESTIMATED)
     if request.args.get("fragment") == "1":
         return render_template(partial, **context)
     return render_template(template, partial=partial, **context)
@@ -41,7 +59,7 @@ def _live(template: str, partial: str, **context: Any) -> str:
 
 @blueprint.get("/")
 def overview() -> str:
-    status = mq().status()
+    status = mq().status(estimate=True)
     history, retention, start, step = mq().history(status.now)
     queues = []
     for name, q in status.queues.items():
@@ -73,7 +91,7 @@ def cursor(name: str = "after") -> int:
 
 @blueprint.get("/queues/<queue>")
 def queue(queue: str) -> str:
-    stats = mq().stats(queue)[queue]
+    stats = mq().stats(queue, estimate=True)[queue]
     # counted once: require_known would count an unconfigured queue again
     mq().require_known(queue, traces=stats.paused or stats != type(stats)())
     chosen = current_filter()
@@ -109,7 +127,7 @@ def message(ident: int) -> str:
         kind, shown = "text", payload.decode("utf-8", "replace")
     else:
         kind, shown = payload_view(payload)
-    status = mq().status(found.queue)
+    status = mq().status(found.queue, estimate=True)
     runs = [
         r for r in [*status.drains, *status.runs]
         if r.owner == found.owner or r.running_id == found.id
@@ -123,7 +141,7 @@ def message(ident: int) -> str:
 
 @blueprint.get("/runs")
 def runs() -> str:
-    status = mq().status()
+    status = mq().status(estimate=True)
     return render_template(
         "runs.html", status=status, runs=[(r, status.run_json(r)) for r in status.runs],
         drains=[status.drain_row(r) for r in status.drains], seconds_text=seconds_text,

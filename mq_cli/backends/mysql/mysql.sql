@@ -97,6 +97,66 @@ WHERE status IN ('ready', 'delayed', 'processing', 'failed') {queue_filter}
 GROUP BY queue
 ORDER BY queue
 
+-- name: queue_names
+-- Every queue holding a row (a tombstone too): GROUP BY on the due index's first
+-- column is a loose index scan, one step a queue (the claim index's descending
+-- part rules it out there), not a read of every row.
+SELECT queue FROM `{table}` FORCE INDEX (`{table}_due`) GROUP BY queue
+
+-- name: stats_bounded
+-- One queue's counts (ready, delayed, processing, failed), each read from an
+-- index range and stopped after %s rows: the console's counts cost the same at
+-- 10M rows as at 10k (backends/counts.py). A 'ready' row is due (stored due,
+-- released keeping its due time); a due 'delayed' one is ready too.
+SELECT
+  (SELECT COUNT(*) FROM (SELECT 1 FROM `{table}` WHERE queue = %s AND status = 'ready' LIMIT %s) r)
+  + (SELECT COUNT(*) FROM (SELECT 1 FROM `{table}`
+                           WHERE queue = %s AND status = 'delayed'
+                             AND available_at <= UTC_TIMESTAMP(6) LIMIT %s) d),
+  (SELECT COUNT(*) FROM (SELECT 1 FROM `{table}`
+                         WHERE queue = %s AND status = 'delayed'
+                           AND available_at > UTC_TIMESTAMP(6) LIMIT %s) l),
+  (SELECT COUNT(*) FROM (SELECT 1 FROM `{table}` WHERE queue = %s AND status = 'processing' LIMIT %s) p),
+  (SELECT COUNT(*) FROM (SELECT 1 FROM `{table}` WHERE queue = %s AND status = 'failed' LIMIT %s) f)
+
+-- name: next_priority
+-- The oldest ready message (counts.py) is the first of one priority's part of
+-- the claim index: its priorities one index step each, highest first.
+SELECT priority FROM `{table}` WHERE queue = %s AND status = 'ready' AND priority < %s
+ORDER BY priority DESC LIMIT 1
+
+-- name: first_ready_age
+-- Seconds since the first ready message of a queue and priority became due.
+SELECT TIMESTAMPDIFF(MICROSECOND, available_at, UTC_TIMESTAMP(6)) / 1000000.0 FROM `{table}`
+WHERE queue = %s AND status = 'ready' AND priority = %s
+ORDER BY available_at LIMIT 1
+
+-- name: rest_ready_age
+-- The same for every priority below one (past counts.PRIORITIES of them).
+SELECT TIMESTAMPDIFF(MICROSECOND, MIN(available_at), UTC_TIMESTAMP(6)) / 1000000.0 FROM `{table}`
+WHERE queue = %s AND status = 'ready' AND priority < %s
+
+-- name: first_due_age
+-- Seconds since the first due delayed message of a queue became due (the due index).
+SELECT TIMESTAMPDIFF(MICROSECOND, MIN(available_at), UTC_TIMESTAMP(6)) / 1000000.0 FROM `{table}`
+WHERE queue = %s AND status = 'delayed' AND available_at <= UTC_TIMESTAMP(6)
+
+-- name: id_span
+-- Two subqueries: each is one step at an end of the primary key.
+SELECT (SELECT MIN(id) FROM `{table}`), (SELECT MAX(id) FROM `{table}`)
+
+-- name: stats_sample
+-- The counts of the rows with ids in [%s, %s): one window of the sample that
+-- estimates a count above the bound (backends/counts.py).
+SELECT queue,
+       SUM(status = 'ready' OR (status = 'delayed' AND available_at <= UTC_TIMESTAMP(6))),
+       SUM(status = 'delayed' AND available_at > UTC_TIMESTAMP(6)),
+       SUM(status = 'processing'),
+       SUM(status = 'failed')
+FROM `{table}`
+WHERE id >= %s AND id < %s
+GROUP BY queue
+
 -- name: claim_select
 -- Oldest ready messages of the highest priority, in index order, skipping rows
 -- other drains hold: concurrent claims never wait on each other.
@@ -181,7 +241,12 @@ LIMIT 1000
 SELECT UTC_TIMESTAMP(6)
 
 -- name: queues_with_status
-SELECT DISTINCT queue FROM `{table}` WHERE status IN (%s, %s) ORDER BY queue
+-- A loose index scan over the queues (see queue_names), then one index probe
+-- each: not a DISTINCT over every row.
+SELECT name FROM (SELECT queue AS name FROM `{table}` FORCE INDEX (`{table}_due`)
+                  GROUP BY queue) q
+WHERE EXISTS (SELECT 1 FROM `{table}` WHERE queue = q.name AND status IN (%s, %s))
+ORDER BY name
 
 -- name: list_all
 SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
@@ -198,6 +263,14 @@ FROM `{table}`
 WHERE queue = %s AND status IN (%s, %s) AND id > %s
 ORDER BY id
 LIMIT %s
+
+-- name: list_key
+-- The live message of a queue with a unique key, if any: one step on the unique
+-- index (unique_slot is the queue and the key; a queue name has no ':').
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM `{table}`
+WHERE unique_slot = CONCAT(%s, ':', %s) AND status IN ('ready', 'delayed', 'processing', 'failed')
 
 -- name: find_stalled
 -- Stalled: processing, heartbeat older than the bound (now + a negative number of

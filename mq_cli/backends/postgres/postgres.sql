@@ -124,6 +124,75 @@ WHERE status IN ('ready', 'delayed', 'processing', 'failed') {queue_filter}
 GROUP BY queue
 ORDER BY queue
 
+-- name: queue_names
+-- Every queue holding a row (a tombstone too), one index step each: a skip scan,
+-- not a DISTINCT over the whole table (which reads every row at 10M).
+WITH RECURSIVE q AS (
+  SELECT pg_catalog.min(queue) AS name FROM "{table}"
+  UNION ALL
+  SELECT (SELECT pg_catalog.min(queue) FROM "{table}" WHERE queue > q.name)
+  FROM q WHERE q.name IS NOT NULL
+)
+SELECT name FROM q WHERE name IS NOT NULL
+
+-- name: stats_bounded
+-- One queue's counts (ready, delayed, processing, failed), each read from an
+-- index range and stopped after %s rows: the console's counts cost the same at
+-- 10M rows as at 10k (backends/counts.py). A 'ready' row is due (stored due,
+-- released keeping its due time); a due 'delayed' one is ready too.
+SELECT
+  (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM "{table}"
+                                    WHERE queue = %s AND status = 'ready' LIMIT %s) r)
+  + (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM "{table}"
+                                      WHERE queue = %s AND status = 'delayed'
+                                        AND available_at <= pg_catalog.now() LIMIT %s) d),
+  (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM "{table}"
+                                    WHERE queue = %s AND status = 'delayed'
+                                      AND available_at > pg_catalog.now() LIMIT %s) l),
+  (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM "{table}"
+                                    WHERE queue = %s AND status = 'processing' LIMIT %s) p),
+  (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM "{table}"
+                                    WHERE queue = %s AND status = 'failed' LIMIT %s) f)
+
+-- name: next_priority
+-- The oldest ready message (counts.py) is the first of one priority's part of
+-- the claim index: its priorities one index step each, highest first.
+SELECT priority FROM "{table}" WHERE queue = %s AND status = 'ready' AND priority < %s
+ORDER BY priority DESC LIMIT 1
+
+-- name: first_ready_age
+-- Seconds since the first ready message of a queue and priority became due.
+SELECT EXTRACT(EPOCH FROM pg_catalog.now() - available_at) FROM "{table}"
+WHERE queue = %s AND status = 'ready' AND priority = %s
+ORDER BY available_at LIMIT 1
+
+-- name: rest_ready_age
+-- The same for every priority below one (past counts.PRIORITIES of them).
+SELECT EXTRACT(EPOCH FROM pg_catalog.now() - pg_catalog.min(available_at)) FROM "{table}"
+WHERE queue = %s AND status = 'ready' AND priority < %s
+
+-- name: first_due_age
+-- Seconds since the first due delayed message of a queue became due (the due index).
+SELECT EXTRACT(EPOCH FROM pg_catalog.now() - pg_catalog.min(available_at)) FROM "{table}"
+WHERE queue = %s AND status = 'delayed' AND available_at <= pg_catalog.now()
+
+-- name: id_span
+-- Two subqueries: each is one step at an end of the primary key.
+SELECT (SELECT pg_catalog.min(id) FROM "{table}"), (SELECT pg_catalog.max(id) FROM "{table}")
+
+-- name: stats_sample
+-- The counts of the rows with ids in [%s, %s): one window of the sample that
+-- estimates a count above the bound (backends/counts.py).
+SELECT queue,
+       pg_catalog.count(*) FILTER (WHERE status = 'ready'
+                                   OR (status = 'delayed' AND available_at <= pg_catalog.now())),
+       pg_catalog.count(*) FILTER (WHERE status = 'delayed' AND available_at > pg_catalog.now()),
+       pg_catalog.count(*) FILTER (WHERE status = 'processing'),
+       pg_catalog.count(*) FILTER (WHERE status = 'failed')
+FROM "{table}"
+WHERE id >= %s AND id < %s
+GROUP BY queue
+
 -- name: claim
 -- One round trip: lock the oldest ready messages of the highest priority in
 -- index order, skipping rows other drains hold, and mark them. MATERIALIZED
@@ -238,7 +307,18 @@ DELETE FROM "{table}" WHERE id IN (
 SELECT pg_catalog.now()
 
 -- name: queues_with_status
-SELECT DISTINCT queue FROM "{table}" WHERE status IN (%s, %s) ORDER BY queue
+-- A skip scan over the queues (see queue_names), then one index probe each:
+-- not a DISTINCT over every row.
+WITH RECURSIVE q AS (
+  SELECT pg_catalog.min(queue) AS name FROM "{table}"
+  UNION ALL
+  SELECT (SELECT pg_catalog.min(queue) FROM "{table}" WHERE queue > q.name)
+  FROM q WHERE q.name IS NOT NULL
+)
+SELECT name FROM q
+WHERE name IS NOT NULL
+  AND EXISTS (SELECT 1 FROM "{table}" WHERE queue = q.name AND status IN (%s, %s))
+ORDER BY name
 
 -- name: list_all
 SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
@@ -255,6 +335,13 @@ FROM "{table}"
 WHERE queue = %s AND status IN (%s, %s) AND id > %s
 ORDER BY id
 LIMIT %s
+
+-- name: list_key
+-- The live message of a queue with a unique key, if any: one step on the unique index.
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM "{table}"
+WHERE queue = %s AND unique_key = %s AND status IN ('ready', 'delayed', 'processing', 'failed')
 
 -- name: find_stalled
 SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,

@@ -70,6 +70,68 @@ WHERE status IN ('ready', 'delayed', 'processing', 'failed') {queue_filter}
 GROUP BY queue
 ORDER BY queue
 
+-- name: queue_names
+-- Every queue holding a row (a tombstone too), one index step each: a skip scan,
+-- not a DISTINCT over the whole table (which reads every row at 10M).
+WITH RECURSIVE q(name) AS (
+  SELECT MIN(queue) FROM "{table}"
+  UNION ALL
+  SELECT (SELECT MIN(queue) FROM "{table}" WHERE queue > q.name) FROM q WHERE q.name IS NOT NULL
+)
+SELECT name FROM q WHERE name IS NOT NULL
+
+-- name: stats_bounded
+-- One queue's counts (ready, delayed, processing, failed), each read from an
+-- index range and stopped after ? rows: the console's counts cost the same at
+-- 10M rows as at 10k (backends/counts.py). A 'ready' row is due (stored due,
+-- released keeping its due time); a due 'delayed' one is ready too.
+SELECT
+  (SELECT COUNT(*) FROM (SELECT 1 FROM "{table}" WHERE queue = ? AND status = 'ready' LIMIT ?))
+  + (SELECT COUNT(*) FROM (SELECT 1 FROM "{table}"
+                           WHERE queue = ? AND status = 'delayed' AND available_at <= {now} LIMIT ?)),
+  (SELECT COUNT(*) FROM (SELECT 1 FROM "{table}"
+                         WHERE queue = ? AND status = 'delayed' AND available_at > {now} LIMIT ?)),
+  (SELECT COUNT(*) FROM (SELECT 1 FROM "{table}" WHERE queue = ? AND status = 'processing' LIMIT ?)),
+  (SELECT COUNT(*) FROM (SELECT 1 FROM "{table}" WHERE queue = ? AND status = 'failed' LIMIT ?))
+
+-- name: next_priority
+-- The oldest ready message (counts.py) is the first of one priority's part of
+-- the claim index: its priorities one index step each, highest first.
+SELECT priority FROM "{table}" WHERE queue = ? AND status = 'ready' AND priority < ?
+ORDER BY priority DESC LIMIT 1
+
+-- name: first_ready_age
+-- Seconds since the first ready message of a queue and priority became due.
+SELECT (julianday('now') - julianday(available_at)) * 86400.0 FROM "{table}"
+WHERE queue = ? AND status = 'ready' AND priority = ?
+ORDER BY available_at LIMIT 1
+
+-- name: rest_ready_age
+-- The same for every priority below one (past counts.PRIORITIES of them).
+SELECT (julianday('now') - julianday(MIN(available_at))) * 86400.0 FROM "{table}"
+WHERE queue = ? AND status = 'ready' AND priority < ?
+
+-- name: first_due_age
+-- Seconds since the first due delayed message of a queue became due (the due index).
+SELECT (julianday('now') - julianday(MIN(available_at))) * 86400.0 FROM "{table}"
+WHERE queue = ? AND status = 'delayed' AND available_at <= {now}
+
+-- name: id_span
+-- Two subqueries: each is one step at an end of the primary key.
+SELECT (SELECT MIN(id) FROM "{table}"), (SELECT MAX(id) FROM "{table}")
+
+-- name: stats_sample
+-- The counts of the rows with ids in [?, ?): one window of the sample that
+-- estimates a count above the bound (backends/counts.py).
+SELECT queue,
+       SUM(status = 'ready' OR (status = 'delayed' AND available_at <= {now})),
+       SUM(status = 'delayed' AND available_at > {now}),
+       SUM(status = 'processing'),
+       SUM(status = 'failed')
+FROM "{table}"
+WHERE id >= ? AND id < ?
+GROUP BY queue
+
 -- name: claim_select
 -- Oldest ready messages of the highest priority, in index order. The caller
 -- holds the write lock (BEGIN IMMEDIATE), so no other drain can take them.
@@ -144,7 +206,17 @@ DELETE FROM "{table}" WHERE id IN (
 SELECT {now}
 
 -- name: queues_with_status
-SELECT DISTINCT queue FROM "{table}" WHERE status IN (?, ?) ORDER BY queue
+-- A skip scan over the queues (see queue_names), then one index probe each:
+-- not a DISTINCT over every row.
+WITH RECURSIVE q(name) AS (
+  SELECT MIN(queue) FROM "{table}"
+  UNION ALL
+  SELECT (SELECT MIN(queue) FROM "{table}" WHERE queue > q.name) FROM q WHERE q.name IS NOT NULL
+)
+SELECT name FROM q
+WHERE name IS NOT NULL
+  AND EXISTS (SELECT 1 FROM "{table}" WHERE queue = q.name AND status IN (?, ?))
+ORDER BY name
 
 -- name: list_all
 SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
@@ -161,6 +233,39 @@ FROM "{table}"
 WHERE queue = ? AND status IN (?, ?) AND id > ?
 ORDER BY id
 LIMIT ?
+
+-- name: count_bounded
+-- Whether a queue holds more than ? messages in these statuses, from the claim
+-- index, stopped there: sqlops.list_messages picks the statements below then.
+SELECT COUNT(*) FROM (SELECT 1 FROM "{table}" WHERE queue = ? AND status IN (?, ?, ?, ?) LIMIT ?)
+
+-- name: list_all_by_id
+-- list_all for a queue with many messages: along the primary key, skipping the
+-- other rows, instead of sorting the queue's whole part of the claim index by id
+-- (at 1M rows 0.5 s a page). SQLite keeps no statistics to choose so itself;
+-- `+queue` keeps the claim index out.
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM "{table}"
+WHERE +queue = ? AND status IN ('ready', 'delayed', 'processing', 'failed') AND id > ?
+ORDER BY id
+LIMIT ?
+
+-- name: list_status_by_id
+-- list_status for many messages, as list_all_by_id.
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM "{table}"
+WHERE +queue = ? AND status IN (?, ?) AND id > ?
+ORDER BY id
+LIMIT ?
+
+-- name: list_key
+-- The live message of a queue with a unique key, if any: one step on the unique index.
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM "{table}"
+WHERE queue = ? AND unique_key = ? AND status IN ('ready', 'delayed', 'processing', 'failed')
 
 -- name: find_stalled
 SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
