@@ -322,7 +322,8 @@ def test_api_ids_without_a_queue_are_recorded_under_theirs(db, console):
 
 def test_a_text_filter_counted_past_its_time_says_at_least(db, monkeypatch):
     """The confirmation's count of a text filter stops after COUNT_SECONDS (here 0:
-    after one step) and is then a lower bound; a state alone is exact at once."""
+    after one step) and is then a lower bound; a state alone is exact at once, and so is
+    a unique key (looked up on its index: one step reads every message holding it)."""
     from mq_cli.api import MQ
     from mq_cli.core.config import load_config
     from mq_cli.ops.browse import Filter
@@ -333,7 +334,8 @@ def test_a_text_filter_counted_past_its_time_says_at_least(db, monkeypatch):
     monkeypatch.setattr(bulk, "COUNT_SECONDS", 0.0)
     with MQ(load_config(None, db.url)) as mq:
         upto = mq.last_id("thumbs")
-        assert bulk.count(mq, "thumbs", Filter("ready", None, "no-such-key"), upto)[1] is False
+        assert bulk.count(mq, "thumbs", Filter("ready", "no such error"), upto)[1] is False
+        assert bulk.count(mq, "thumbs", Filter("ready", None, "no-such-key"), upto) == (0, True)
         assert bulk.count(mq, "thumbs", Filter("ready"), upto) == (6000, True)
         monkeypatch.setattr(bulk, "COUNT_SECONDS", 60.0)
         assert bulk.count(mq, "thumbs", Filter("ready", "no such error"), upto) == (0, True)
