@@ -161,6 +161,31 @@ class OperatePart(Protocol):
         """(owner, processing messages, of them with a heartbeat older than
         ``stalled_after``) per owner of ``queue``'s `processing` messages."""
 
+    # the console's finding (ops/columns.py, ops/failures.py, ops/search.py): reads only
+
+    def payload_heads(self, ids: Sequence[int], size: int) -> dict[int, tuple[bytes, int]]:
+        """{id: (the payload's first ``size`` bytes, its whole length)} of the live ones of ``ids``."""
+
+    def failure_groups(
+        self, queue: str, sample: int, groups: int
+    ) -> list[tuple[str, int, datetime, datetime, int, int, int]]:
+        """``queue``'s failed messages grouped by their error's key in SQL, over the first
+        ``sample`` of them: (key, count, oldest, newest, newest id, how many of the sample
+        hold the key, the sample's size) for the ``groups`` biggest; see <dialect>.sql."""
+
+    def search_ids(self, ids: Sequence[int]) -> list[Message]:
+        """The live messages of ``ids`` (without payload)."""
+
+    def search_key(self, queue: str, key: str) -> list[Message]:
+        """The live message of ``queue`` with unique key ``key``, if any."""
+
+    def search_window(self, after_id: int, budget: int) -> tuple[int | None, int]:
+        """(the last id, how many rows) of the ``budget`` rows after ``after_id`` by id."""
+
+    def search_error(self, after_id: int, up_to_id: int, text: str, limit: int) -> list[Message]:
+        """Up to ``limit`` live messages with after_id < id <= up_to_id whose last_error
+        holds ``text`` (any case), by id."""
+
 
 class LimitsPart(Protocol):
     """The fleet limits' tables: max_drains' slot rows, rate_limit's buckets (backends/sqllimits.py)."""

@@ -290,6 +290,76 @@ SELECT id, queue, status, priority, error_count, created_at, available_at, uniqu
 FROM `{table}`
 WHERE id = %s AND status IN ('ready', 'delayed', 'processing', 'failed')
 
+-- The console's finding (mq_cli/ops/columns.py, failures.py, search.py): reads
+-- only, each bounded by a LIMIT the caller gives or by the ids it names.
+
+-- name: payload_heads
+-- The first bytes of each payload and its whole length: a preview never sends
+-- a 50 MB payload to mq.
+SELECT id, SUBSTRING(payload, 1, %s), LENGTH(payload) FROM `{table}`
+WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
+
+-- name: failure_groups
+-- A queue's failed messages grouped by their error's key, over a sample of the
+-- first `%s` in the claim index's order (failed ones by priority, then by when
+-- they failed: a failed row's available_at is that time). The key: the last
+-- line of last_error (of its last 400 characters, trailing blanks cut), up to
+-- its first ': ' (a Python exception's class) when that comes within 100
+-- characters, else its first 100 characters. Keys differing only in case are
+-- one group: the console's error filter ignores case. Per group: a key as
+-- stored, its count, oldest and newest failure, newest id, how many of the
+-- sample hold the key anywhere in last_error (what the filter would select),
+-- and the sample's size.
+WITH sample AS (
+  SELECT id, available_at, COALESCE(last_error, '') AS error,
+         SUBSTRING_INDEX(TRIM(TRAILING '\n' FROM TRIM(TRAILING ' ' FROM
+           RIGHT(COALESCE(last_error, ''), 400))), '\n', -1) AS line
+  FROM `{table}` FORCE INDEX (`{table}_claim`)
+  WHERE queue = %s AND status = 'failed'
+  ORDER BY priority DESC, available_at, id
+  LIMIT %s
+), keyed AS (
+  SELECT id, available_at,
+         CASE WHEN LOCATE(': ', line) BETWEEN 2 AND 101 THEN LEFT(line, LOCATE(': ', line) - 1)
+              ELSE LEFT(line, 100) END AS k
+  FROM sample
+), grouped AS (
+  SELECT MIN(k) AS k, LOWER(MIN(k)) AS lk, COUNT(*) AS n, MIN(available_at) AS oldest,
+         MAX(available_at) AS newest, MAX(id) AS newest_id
+  FROM keyed GROUP BY LOWER(k) ORDER BY n DESC, k LIMIT %s
+)
+SELECT k, n, oldest, newest, newest_id,
+       (SELECT COUNT(*) FROM sample WHERE LOCATE(grouped.lk, LOWER(sample.error)) > 0),
+       (SELECT COUNT(*) FROM sample)
+FROM grouped ORDER BY n DESC, k
+
+-- name: search_ids
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM `{table}`
+WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
+
+-- name: search_key
+-- A unique key in one queue, by the unique index (queue:key).
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM `{table}`
+WHERE unique_slot = CONCAT(%s, ':', %s) AND status IN ('ready', 'delayed', 'processing', 'failed')
+
+-- name: search_window
+-- The rows an error search looks at: the next `%s` ids after one, by the primary key.
+SELECT MAX(id), COUNT(*) FROM (SELECT id FROM `{table}` WHERE id > %s ORDER BY id LIMIT %s) w
+
+-- name: search_error
+-- Live messages of a window whose last_error holds the text (given lowered).
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM `{table}`
+WHERE id > %s AND id <= %s AND status IN ('ready', 'delayed', 'processing', 'failed')
+  AND LOCATE(%s, LOWER(last_error)) > 0
+ORDER BY id
+LIMIT %s
+
 -- name: lock_ids
 -- retry/delete by id: lock the rows first, so what is refused (processing) and
 -- what is changed are decided on the same state.

@@ -341,6 +341,81 @@ SELECT id, queue, status, priority, error_count, created_at, available_at, uniqu
 FROM "{table}"
 WHERE id = %s AND status IN ('ready', 'delayed', 'processing', 'failed')
 
+-- The console's finding (mq_cli/ops/columns.py, failures.py, search.py): reads
+-- only, each bounded by a LIMIT the caller gives or by the ids it names.
+
+-- name: payload_heads
+-- The first bytes of each payload and its whole length: a preview never sends
+-- a 50 MB payload to mq (length reads the TOAST header, substr a slice).
+SELECT id, pg_catalog.substr(payload, 1, %s), pg_catalog.length(payload) FROM "{table}"
+WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
+
+-- name: failure_groups
+-- A queue's failed messages grouped by their error's key, over a sample of the
+-- first `%s` in the claim index's order (failed ones by priority, then by when
+-- they failed: a failed row's available_at is that time). The key: the last
+-- line of last_error (of its last 400 characters, trailing blanks cut), up to
+-- its first ': ' (a Python exception's class) when that comes within 100
+-- characters, else its first 100 characters. Keys differing only in case are
+-- one group: the console's error filter ignores case. Per group: a key as
+-- stored, its count, oldest and newest failure, newest id, how many of the
+-- sample hold the key anywhere in last_error (what the filter would select),
+-- and the sample's size.
+WITH sample AS MATERIALIZED (
+  SELECT id, available_at, COALESCE(last_error, '') AS error,
+         pg_catalog.regexp_replace(
+           pg_catalog.rtrim(pg_catalog."right"(COALESCE(last_error, ''), 400), E' \t\r\n'),
+           '^.*\n', '') AS line
+  FROM "{table}"
+  WHERE queue = %s AND status = 'failed'
+  ORDER BY priority DESC, available_at, id
+  LIMIT %s
+), keyed AS (
+  SELECT id, available_at,
+         CASE WHEN pg_catalog.strpos(line, ': ') BETWEEN 2 AND 101
+              THEN pg_catalog."left"(line, pg_catalog.strpos(line, ': ') - 1)
+              ELSE pg_catalog."left"(line, 100) END AS k
+  FROM sample
+), grouped AS (
+  SELECT pg_catalog.min(k) AS k, pg_catalog.lower(pg_catalog.min(k)) AS lk,
+         pg_catalog.count(*) AS n, pg_catalog.min(available_at) AS oldest,
+         pg_catalog.max(available_at) AS newest, pg_catalog.max(id) AS newest_id
+  FROM keyed GROUP BY pg_catalog.lower(k) ORDER BY n DESC, k LIMIT %s
+)
+SELECT k, n, oldest, newest, newest_id,
+       (SELECT pg_catalog.count(*) FROM sample
+        WHERE pg_catalog.strpos(pg_catalog.lower(sample.error), grouped.lk) > 0),
+       (SELECT pg_catalog.count(*) FROM sample)
+FROM grouped ORDER BY n DESC, k
+
+-- name: search_ids
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM "{table}"
+WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
+
+-- name: search_key
+-- A unique key in one queue, by the unique index.
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM "{table}"
+WHERE queue = %s AND unique_key = %s AND status IN ('ready', 'delayed', 'processing', 'failed')
+
+-- name: search_window
+-- The rows an error search looks at: the next `%s` ids after one, by the primary key.
+SELECT pg_catalog.max(id), pg_catalog.count(*)
+FROM (SELECT id FROM "{table}" WHERE id > %s ORDER BY id LIMIT %s) AS w
+
+-- name: search_error
+-- Live messages of a window whose last_error holds the text (given lowered).
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM "{table}"
+WHERE id > %s AND id <= %s AND status IN ('ready', 'delayed', 'processing', 'failed')
+  AND pg_catalog.strpos(pg_catalog.lower(last_error), %s) > 0
+ORDER BY id
+LIMIT %s
+
 -- name: lock_ids
 -- retry/delete by id: lock the rows first, so what is refused (processing) and
 -- what is changed are decided on the same state.

@@ -244,6 +244,78 @@ SELECT id, queue, status, priority, error_count, created_at, available_at, uniqu
 FROM "{table}"
 WHERE id = ? AND status IN ('ready', 'delayed', 'processing', 'failed')
 
+-- The console's finding (mq_cli/ops/columns.py, failures.py, search.py): reads
+-- only, each bounded by a LIMIT the caller gives or by the ids it names.
+
+-- name: payload_heads
+-- The first bytes of each payload and its whole length: a preview never reads
+-- a 50 MB payload into mq.
+SELECT id, substr(payload, 1, ?), length(payload) FROM "{table}"
+WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
+
+-- name: failure_groups
+-- A queue's failed messages grouped by their error's key, over a sample of the
+-- first `?` in the claim index's order (failed ones by priority, then by when
+-- they failed: a failed row's available_at is that time). The key: the last
+-- line of last_error (of its last 400 characters, trailing blanks cut), up to
+-- its first ': ' (a Python exception's class) when that comes within 100
+-- characters, else its first 100 characters. Keys differing only in case are
+-- one group: the console's error filter ignores case. Per group: a key as
+-- stored, its count, oldest and newest failure, newest id, how many of the
+-- sample hold the key anywhere in last_error (what the filter would select),
+-- and the sample's size.
+WITH sample AS MATERIALIZED (
+  SELECT id, available_at, COALESCE(last_error, '') AS error,
+         rtrim(substr(COALESCE(last_error, ''), -400), char(9, 10, 13, 32)) AS tail
+  FROM "{table}" INDEXED BY "{table}_claim"
+  WHERE queue = ? AND status = 'failed'
+  ORDER BY priority DESC, available_at, id
+  LIMIT ?
+), lines AS (
+  SELECT id, available_at, replace(tail, rtrim(tail, replace(tail, char(10), '')), '') AS line
+  FROM sample
+), keyed AS (
+  SELECT id, available_at,
+         CASE WHEN instr(line, ': ') BETWEEN 2 AND 101 THEN substr(line, 1, instr(line, ': ') - 1)
+              ELSE substr(line, 1, 100) END AS k
+  FROM lines
+), grouped AS (
+  SELECT MIN(k) AS k, lower(MIN(k)) AS lk, COUNT(*) AS n, MIN(available_at) AS oldest,
+         MAX(available_at) AS newest, MAX(id) AS newest_id
+  FROM keyed GROUP BY lower(k) ORDER BY n DESC, k LIMIT ?
+)
+SELECT k, n, oldest, newest, newest_id,
+       (SELECT COUNT(*) FROM sample WHERE instr(lower(sample.error), grouped.lk) > 0),
+       (SELECT COUNT(*) FROM sample)
+FROM grouped ORDER BY n DESC, k
+
+-- name: search_ids
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM "{table}"
+WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
+
+-- name: search_key
+-- A unique key in one queue, by the unique index.
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM "{table}"
+WHERE queue = ? AND unique_key = ? AND status IN ('ready', 'delayed', 'processing', 'failed')
+
+-- name: search_window
+-- The rows an error search looks at: the next `?` ids after one, by the primary key.
+SELECT MAX(id), COUNT(*) FROM (SELECT id FROM "{table}" WHERE id > ? ORDER BY id LIMIT ?)
+
+-- name: search_error
+-- Live messages of a window whose last_error holds the text (given lowered).
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM "{table}"
+WHERE id > ? AND id <= ? AND status IN ('ready', 'delayed', 'processing', 'failed')
+  AND instr(lower(last_error), ?) > 0
+ORDER BY id
+LIMIT ?
+
 -- name: lock_ids
 -- retry/delete by id, inside BEGIN IMMEDIATE: what is refused (processing) and
 -- what is changed are decided on the same state.
