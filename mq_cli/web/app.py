@@ -91,9 +91,10 @@ def create_app(
     app.register_error_handler(MqError, _mq_error)
     for code in (400, 403, 404, 405):
         app.register_error_handler(code, _http_error)
-    from mq_cli.web import actions, jsonapi, pages
+    from mq_cli.web import actions, find, jsonapi, pages  # find adds its routes to /api/
 
     app.register_blueprint(pages.blueprint)
+    app.register_blueprint(find.blueprint)
     app.register_blueprint(actions.blueprint)
     app.register_blueprint(jsonapi.blueprint, url_prefix="/api")
     app.jinja_env.globals.update(read_only=read_only)
