@@ -168,13 +168,20 @@ class OperatePart(Protocol):
 
     def failure_groups(
         self, queue: str, sample: int, groups: int
-    ) -> list[tuple[str, int, datetime, datetime, int, int, int]]:
+    ) -> list[tuple[str, str, int, datetime, datetime, int, int]]:
         """``queue``'s failed messages grouped by their error's key in SQL, over the first
-        ``sample`` of them: (key, count, oldest, newest, newest id, how many of the sample
-        hold the key, the sample's size) for the ``groups`` biggest; see <dialect>.sql."""
+        ``sample`` of them: (key, key lowered, count, oldest, newest, newest id, the
+        sample's size) for the ``groups`` biggest; see <dialect>.sql."""
+
+    def failure_matches(self, queue: str, sample: int, lowered: Sequence[str]) -> list[int]:
+        """For each of ``lowered`` (keys as failure_groups lowered them): how many of the
+        same sample hold it anywhere in last_error, in any case."""
 
     def search_ids(self, ids: Sequence[int]) -> list[Message]:
         """The live messages of ``ids`` (without payload)."""
+
+    def search_queues(self, limit: int) -> list[str]:
+        """Up to ``limit`` queues holding a row (tombstones too), by name, one index seek each."""
 
     def search_key(self, queue: str, key: str) -> list[Message]:
         """The live message of ``queue`` with unique key ``key``, if any."""

@@ -2,15 +2,15 @@
 
 The grouping runs in SQL (``Backend.failure_groups``, GROUP BY over the first
 :data:`SAMPLE` failed messages in the claim index's order), so a queue with a
-million failed messages costs one bounded query and loads no row into Python.
+million failed messages costs two bounded queries and loads no row into Python.
 A group's key is the exception's class, or the error's last line: see
 failure_groups in <dialect>/<dialect>.sql for the exact rule.
 
 Each group's key is the text the console hands to the queue page's error filter
 (a case-insensitive substring of last_error) to retry or delete the group. That
 filter selects exactly the group only when no other failed message holds the
-key, so the same query counts, for each key, the messages of the sample that
-hold it anywhere: a group is :attr:`Group.exact` when that count is its own
+key, so a second query counts, for each key, the messages of the same sample
+that hold it anywhere (``Backend.failure_matches``): a group is :attr:`Group.exact` when that count is its own
 count, and the console offers its actions only then.
 """
 
@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from mq_cli.backends.base import Backend
-from mq_cli.core.config import Config, validate_queue_name
-from mq_cli.core.models import QueueStats, iso
+from mq_cli.core.config import validate_queue_name
+from mq_cli.core.models import iso
 
-#: failed messages grouped at most (the oldest failures, by priority)
-SAMPLE = 50_000
+#: failed messages grouped at most (the oldest failures, by priority): one query
+#: over this many rows stays within the console's page time at any queue size
+SAMPLE = 5_000
 #: groups shown at most, the biggest first
 GROUPS = 50
 
@@ -54,14 +55,15 @@ class Group:
 @dataclass(frozen=True)
 class Failures:
     queue: str
-    failed: int  # failed messages in the queue
-    looked_at: int  # of them, grouped
+    looked_at: int  # failed messages grouped
+    complete: bool  # every failed message of the queue was grouped
     groups: list[Group]
 
     @property
-    def complete(self) -> bool:
-        """Whether every failed message of the queue was grouped."""
-        return self.looked_at >= self.failed
+    def failed(self) -> int | None:
+        """The queue's failed messages; None when there are more than were grouped
+        (counting them all is the overview's job, not a bounded page's)."""
+        return self.looked_at if self.complete else None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -70,18 +72,16 @@ class Failures:
         }  # fmt: skip
 
 
-def groups(config: Config, backend: Backend, queue: str, sample: int = SAMPLE) -> Failures:
+def groups(backend: Backend, queue: str, sample: int = SAMPLE) -> Failures:
     """``queue``'s failed messages by error, the biggest group first."""
     validate_queue_name(queue)
     rows = backend.failure_groups(queue, sample, GROUPS)
-    found = [Group(*row[:6]) for row in rows]
+    # a second read of the same sample (the claim index's order is fixed): a
+    # message that failed or was retried in between may make a count off by one
+    held = backend.failure_matches(queue, sample, [row[1] for row in rows])
+    found = [
+        Group(key, count, oldest, newest, ident, matching)
+        for (key, _, count, oldest, newest, ident, _), matching in zip(rows, held, strict=True)
+    ]
     looked_at = rows[0][6] if rows else 0
-    failed = looked_at
-    if looked_at >= sample:  # more may be failed than were grouped: count them
-
-        def stalled_after(name: str) -> float:
-            return config.queue(name).stalled_after
-
-        counted = backend.stats(queue, stalled_after).get(queue, QueueStats()).failed
-        failed = max(counted, looked_at)
-    return Failures(queue, failed, looked_at, found)
+    return Failures(queue, looked_at, looked_at < sample, found)

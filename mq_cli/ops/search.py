@@ -2,7 +2,8 @@
 
 A query that is a message id (ASCII digits, within a BIGINT) finds that message;
 the query as a unique key is looked up exactly in every queue (one index lookup
-per queue: the configured ones and those holding messages); and every live
+per queue: the configured ones and those holding a row, up to :data:`MAX_QUEUES`);
+and every live
 message whose last_error holds the query (any case) is found by walking the
 table by id, at most :data:`BUDGET` rows per request, in SQL. A search that used
 its budget before the table's end says so (``stopped_early``) and where the next
@@ -19,11 +20,13 @@ from mq_cli.core.errors import ConfigError
 from mq_cli.core.models import Message, listed_json, message_state
 
 #: rows an error search looks at per request
-BUDGET = 50_000
+BUDGET = 20_000
 #: results per request at most
 LIMIT = 50
 #: the longest query, in characters
 MAX_QUERY = 500
+#: queues a unique key is looked up in at most
+MAX_QUEUES = 1000
 #: the largest message id (a BIGINT)
 MAX_ID = (1 << 63) - 1
 MATCHES = ("id", "unique_key", "error")
@@ -113,12 +116,9 @@ def search(
 
 
 def _queues(config: Config, backend: Backend) -> list[str]:
-    """Every queue a key may be in: the configured ones and those holding messages."""
-
-    def stalled_after(name: str) -> float:
-        return config.queue(name).stalled_after
-
-    return sorted(set(config.queues) | set(backend.stats(None, stalled_after)))
+    """Every queue a key may be in: those holding a row (found by a loose index scan,
+    not by counting the table) and the configured ones."""
+    return sorted(set(config.queues) | set(backend.search_queues(MAX_QUEUES)))
 
 
 def _with_states(config: Config, backend: Backend, hits: list[tuple[Message, str]]) -> list[Hit]:

@@ -46,7 +46,7 @@ def _failures(queue: str | None) -> failures.Failures:
     if not queue:
         raise ConfigError("give the queue: ?queue=NAME")
     mq().require_known(queue)
-    return failures.groups(console().config, reader(), queue)
+    return failures.groups(reader(), queue)
 
 
 def _search() -> search.Found:

@@ -300,44 +300,58 @@ SELECT id, SUBSTRING(payload, 1, %s), LENGTH(payload) FROM `{table}`
 WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
 
 -- name: failure_groups
--- A queue's failed messages grouped by their error's key, over a sample of the
+-- A queue's failed messages grouped by their error's key, over a sample: the
 -- first `%s` in the claim index's order (failed ones by priority, then by when
 -- they failed: a failed row's available_at is that time). The key: the last
--- line of last_error (of its last 400 characters, trailing blanks cut), up to
--- its first ': ' (a Python exception's class) when that comes within 100
+-- line of last_error's last 200 characters (blanks around it cut), up to its
+-- first ': ' (a Python exception's class) when that comes within 100
 -- characters, else its first 100 characters. Keys differing only in case are
 -- one group: the console's error filter ignores case. Per group: a key as
--- stored, its count, oldest and newest failure, newest id, how many of the
--- sample hold the key anywhere in last_error (what the filter would select),
+-- stored, the key lowered, its count, oldest and newest failure, newest id,
 -- and the sample's size.
-WITH sample AS (
-  SELECT id, available_at, COALESCE(last_error, '') AS error,
-         SUBSTRING_INDEX(TRIM(TRAILING '\n' FROM TRIM(TRAILING ' ' FROM
-           RIGHT(COALESCE(last_error, ''), 400))), '\n', -1) AS line
+SELECT MIN(k), LOWER(MIN(k)), COUNT(*) AS n, MIN(available_at), MAX(available_at), MAX(id),
+       SUM(COUNT(*)) OVER ()
+FROM (
+  SELECT id, available_at,
+         CASE WHEN LOCATE(': ', line) BETWEEN 2 AND 101 THEN LEFT(line, LOCATE(': ', line) - 1)
+              ELSE LEFT(line, 100) END AS k
+  FROM (
+    SELECT id, available_at,
+           TRIM(SUBSTRING_INDEX(TRIM(TRAILING '\n' FROM TRIM(TRAILING ' ' FROM
+             RIGHT(COALESCE(last_error, ''), 200))), '\n', -1)) AS line
+    FROM `{table}` FORCE INDEX (`{table}_claim`)
+    WHERE queue = %s AND status = 'failed'
+    ORDER BY priority DESC, available_at, id
+    LIMIT %s
+  ) AS sample
+) AS keyed
+GROUP BY LOWER(k) ORDER BY n DESC, MIN(k) LIMIT %s
+
+-- name: failure_matches
+-- How many messages of the same sample hold each key (lowered) anywhere in
+-- last_error: what the error filter would select. `{{matches}}` is one
+-- failure_match per key.
+SELECT {matches}
+FROM (
+  SELECT LOWER(COALESCE(last_error, '')) AS error
   FROM `{table}` FORCE INDEX (`{table}_claim`)
   WHERE queue = %s AND status = 'failed'
   ORDER BY priority DESC, available_at, id
   LIMIT %s
-), keyed AS (
-  SELECT id, available_at,
-         CASE WHEN LOCATE(': ', line) BETWEEN 2 AND 101 THEN LEFT(line, LOCATE(': ', line) - 1)
-              ELSE LEFT(line, 100) END AS k
-  FROM sample
-), grouped AS (
-  SELECT MIN(k) AS k, LOWER(MIN(k)) AS lk, COUNT(*) AS n, MIN(available_at) AS oldest,
-         MAX(available_at) AS newest, MAX(id) AS newest_id
-  FROM keyed GROUP BY LOWER(k) ORDER BY n DESC, k LIMIT %s
-)
-SELECT k, n, oldest, newest, newest_id,
-       (SELECT COUNT(*) FROM sample WHERE LOCATE(grouped.lk, LOWER(sample.error)) > 0),
-       (SELECT COUNT(*) FROM sample)
-FROM grouped ORDER BY n DESC, k
+) AS sample
+
+-- name: failure_match
+SUM(LOCATE(%s, error) > 0)
 
 -- name: search_ids
 SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
        last_error, owner, heartbeat_at
 FROM `{table}`
 WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
+
+-- name: search_queues
+-- Every queue holding a row: a loose scan of the due index ("index for group-by").
+SELECT DISTINCT queue FROM `{table}` LIMIT %s
 
 -- name: search_key
 -- A unique key in one queue, by the unique index (queue:key).

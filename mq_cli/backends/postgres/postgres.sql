@@ -351,48 +351,67 @@ SELECT id, pg_catalog.substr(payload, 1, %s), pg_catalog.length(payload) FROM "{
 WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
 
 -- name: failure_groups
--- A queue's failed messages grouped by their error's key, over a sample of the
+-- A queue's failed messages grouped by their error's key, over a sample: the
 -- first `%s` in the claim index's order (failed ones by priority, then by when
 -- they failed: a failed row's available_at is that time). The key: the last
--- line of last_error (of its last 400 characters, trailing blanks cut), up to
--- its first ': ' (a Python exception's class) when that comes within 100
+-- line of last_error's last 200 characters (blanks around it cut), up to its
+-- first ': ' (a Python exception's class) when that comes within 100
 -- characters, else its first 100 characters. Keys differing only in case are
 -- one group: the console's error filter ignores case. Per group: a key as
--- stored, its count, oldest and newest failure, newest id, how many of the
--- sample hold the key anywhere in last_error (what the filter would select),
+-- stored, the key lowered, its count, oldest and newest failure, newest id,
 -- and the sample's size.
-WITH sample AS MATERIALIZED (
-  SELECT id, available_at, COALESCE(last_error, '') AS error,
-         pg_catalog.regexp_replace(
-           pg_catalog.rtrim(pg_catalog."right"(COALESCE(last_error, ''), 400), E' \t\r\n'),
-           '^.*\n', '') AS line
-  FROM "{table}"
-  WHERE queue = %s AND status = 'failed'
-  ORDER BY priority DESC, available_at, id
-  LIMIT %s
-), keyed AS (
+SELECT pg_catalog.min(k), pg_catalog.lower(pg_catalog.min(k)), pg_catalog.count(*) AS n,
+       pg_catalog.min(available_at), pg_catalog.max(available_at), pg_catalog.max(id),
+       pg_catalog.sum(pg_catalog.count(*)) OVER ()
+FROM (
   SELECT id, available_at,
          CASE WHEN pg_catalog.strpos(line, ': ') BETWEEN 2 AND 101
               THEN pg_catalog."left"(line, pg_catalog.strpos(line, ': ') - 1)
               ELSE pg_catalog."left"(line, 100) END AS k
-  FROM sample
-), grouped AS (
-  SELECT pg_catalog.min(k) AS k, pg_catalog.lower(pg_catalog.min(k)) AS lk,
-         pg_catalog.count(*) AS n, pg_catalog.min(available_at) AS oldest,
-         pg_catalog.max(available_at) AS newest, pg_catalog.max(id) AS newest_id
-  FROM keyed GROUP BY pg_catalog.lower(k) ORDER BY n DESC, k LIMIT %s
-)
-SELECT k, n, oldest, newest, newest_id,
-       (SELECT pg_catalog.count(*) FROM sample
-        WHERE pg_catalog.strpos(pg_catalog.lower(sample.error), grouped.lk) > 0),
-       (SELECT pg_catalog.count(*) FROM sample)
-FROM grouped ORDER BY n DESC, k
+  FROM (
+    SELECT id, available_at,
+           pg_catalog.btrim(pg_catalog.substring(
+             pg_catalog.rtrim(pg_catalog."right"(COALESCE(last_error, ''), 200), E' \t\r\n'),
+             '[^\n]*$')) AS line
+    FROM "{table}"
+    WHERE queue = %s AND status = 'failed'
+    ORDER BY priority DESC, available_at, id
+    LIMIT %s
+  ) AS sample
+) AS keyed
+GROUP BY pg_catalog.lower(k) ORDER BY n DESC, pg_catalog.min(k) LIMIT %s
+
+-- name: failure_matches
+-- How many messages of the same sample hold each key (lowered) anywhere in
+-- last_error: what the error filter would select. `{{matches}}` is one
+-- failure_match per key.
+SELECT {matches}
+FROM (
+  SELECT pg_catalog.lower(COALESCE(last_error, '')) AS error
+  FROM "{table}"
+  WHERE queue = %s AND status = 'failed'
+  ORDER BY priority DESC, available_at, id
+  LIMIT %s
+) AS sample
+
+-- name: failure_match
+pg_catalog.count(*) FILTER (WHERE pg_catalog.strpos(error, %s) > 0)
 
 -- name: search_ids
 SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
        last_error, owner, heartbeat_at
 FROM "{table}"
 WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
+
+-- name: search_queues
+-- Every queue holding a row, one index seek each (a loose index scan).
+WITH RECURSIVE q(name) AS (
+  SELECT pg_catalog.min(queue) FROM "{table}"
+  UNION ALL
+  SELECT (SELECT pg_catalog.min(queue) FROM "{table}" WHERE queue > q.name)
+  FROM q WHERE q.name IS NOT NULL
+)
+SELECT name FROM q WHERE name IS NOT NULL LIMIT %s
 
 -- name: search_key
 -- A unique key in one queue, by the unique index.

@@ -254,46 +254,65 @@ SELECT id, substr(payload, 1, ?), length(payload) FROM "{table}"
 WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
 
 -- name: failure_groups
--- A queue's failed messages grouped by their error's key, over a sample of the
+-- A queue's failed messages grouped by their error's key, over a sample: the
 -- first `?` in the claim index's order (failed ones by priority, then by when
 -- they failed: a failed row's available_at is that time). The key: the last
--- line of last_error (of its last 400 characters, trailing blanks cut), up to
--- its first ': ' (a Python exception's class) when that comes within 100
+-- line of last_error's last 200 characters (blanks around it cut), up to its
+-- first ': ' (a Python exception's class) when that comes within 100
 -- characters, else its first 100 characters. Keys differing only in case are
 -- one group: the console's error filter ignores case. Per group: a key as
--- stored, its count, oldest and newest failure, newest id, how many of the
--- sample hold the key anywhere in last_error (what the filter would select),
+-- stored, the key lowered, its count, oldest and newest failure, newest id,
 -- and the sample's size.
-WITH sample AS MATERIALIZED (
-  SELECT id, available_at, COALESCE(last_error, '') AS error,
-         rtrim(substr(COALESCE(last_error, ''), -400), char(9, 10, 13, 32)) AS tail
+-- SQLite has no "last line of": each newline becomes 200 spaces, so the last
+-- 200 characters hold the last line and blanks only.
+SELECT MIN(k), lower(MIN(k)), COUNT(*) AS n, MIN(available_at), MAX(available_at), MAX(id),
+       SUM(COUNT(*)) OVER ()
+FROM (
+  SELECT id, available_at,
+         CASE WHEN instr(line, ': ') BETWEEN 2 AND 101 THEN substr(line, 1, instr(line, ': ') - 1)
+              ELSE substr(line, 1, 100) END AS k
+  FROM (
+    SELECT id, available_at,
+           trim(substr(replace(rtrim(substr(COALESCE(last_error, ''), -200), char(9, 10, 13, 32)),
+                               char(10), printf('%200s', '')), -200)) AS line
+    FROM "{table}" INDEXED BY "{table}_claim"
+    WHERE queue = ? AND status = 'failed'
+    ORDER BY priority DESC, available_at, id
+    LIMIT ?
+  ) AS sample
+) AS keyed
+GROUP BY lower(k) ORDER BY n DESC, MIN(k) LIMIT ?
+
+-- name: failure_matches
+-- How many messages of the same sample hold each key (lowered) anywhere in
+-- last_error: what the error filter would select. `{{matches}}` is one
+-- failure_match per key.
+SELECT {matches}
+FROM (
+  SELECT lower(COALESCE(last_error, '')) AS error
   FROM "{table}" INDEXED BY "{table}_claim"
   WHERE queue = ? AND status = 'failed'
   ORDER BY priority DESC, available_at, id
   LIMIT ?
-), lines AS (
-  SELECT id, available_at, replace(tail, rtrim(tail, replace(tail, char(10), '')), '') AS line
-  FROM sample
-), keyed AS (
-  SELECT id, available_at,
-         CASE WHEN instr(line, ': ') BETWEEN 2 AND 101 THEN substr(line, 1, instr(line, ': ') - 1)
-              ELSE substr(line, 1, 100) END AS k
-  FROM lines
-), grouped AS (
-  SELECT MIN(k) AS k, lower(MIN(k)) AS lk, COUNT(*) AS n, MIN(available_at) AS oldest,
-         MAX(available_at) AS newest, MAX(id) AS newest_id
-  FROM keyed GROUP BY lower(k) ORDER BY n DESC, k LIMIT ?
-)
-SELECT k, n, oldest, newest, newest_id,
-       (SELECT COUNT(*) FROM sample WHERE instr(lower(sample.error), grouped.lk) > 0),
-       (SELECT COUNT(*) FROM sample)
-FROM grouped ORDER BY n DESC, k
+) AS sample
+
+-- name: failure_match
+SUM(instr(error, ?) > 0)
 
 -- name: search_ids
 SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
        last_error, owner, heartbeat_at
 FROM "{table}"
 WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
+
+-- name: search_queues
+-- Every queue holding a row, one index seek each (a loose index scan).
+WITH RECURSIVE q(name) AS (
+  SELECT MIN(queue) FROM "{table}"
+  UNION ALL
+  SELECT (SELECT MIN(queue) FROM "{table}" WHERE queue > q.name) FROM q WHERE q.name IS NOT NULL
+)
+SELECT name FROM q WHERE name IS NOT NULL LIMIT ?
 
 -- name: search_key
 -- A unique key in one queue, by the unique index.
