@@ -68,10 +68,11 @@ def test_the_failures_page_groups_two_kinds_as_the_cli_lists_them(db, tmp_path, 
     page.wait_for_selector("table.failures")
     assert page.url.endswith("/queues/mail/failures")
     rows = page.locator("table.failures tbody tr")
-    shown = {
-        rows.nth(i).locator("td.err").inner_text(): int(rows.nth(i).locator("td.count").inner_text())
+    cells = [
+        (rows.nth(i).locator("td.err"), rows.nth(i).locator("td.count"))
         for i in range(rows.count())
-    }
+    ]
+    shown = {error.inner_text(): int(count.inner_text()) for error, count in cells}
     assert shown == expected
     assert page.locator("main script").count() == 0
     # each group's "list" link shows exactly its messages on the queue page
