@@ -279,3 +279,18 @@ def test_any_search_input_is_answered_never_a_500(db, tmp_path, console, query, 
     assert page.status == status, page.body
     if status == 200:
         page_is_safe(page)
+
+
+def test_a_key_whose_case_only_python_folds_gets_no_group_action():
+    """The database's lower() may fold ASCII only; the filter folds as Python does."""
+    from datetime import datetime, timezone
+
+    now = datetime.now(timezone.utc)
+    for key, exact in [
+        ("ValueError", True),
+        ("Échec", False),
+        ("失败 → retry", True),
+        (" ", False),
+    ]:
+        assert failures.Group(key, 2, now, now, 1, 2).exact is exact, key
+    assert failures.Group("ValueError", 2, now, now, 1, 3).exact is False

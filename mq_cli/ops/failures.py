@@ -41,8 +41,13 @@ class Group:
 
     @property
     def exact(self) -> bool:
-        """Whether the error filter ``error`` selects this group and nothing else."""
-        return bool(self.error.strip()) and self.matching == self.count
+        """Whether the error filter ``error`` selects this group and nothing else.
+
+        Not for a key with a non-ASCII letter that has a case: SQLite's lower()
+        folds ASCII only (PostgreSQL's, under the C locale, too), while the filter
+        folds with Python's str.lower(), so the database's count cannot vouch for it."""
+        cased = any(not c.isascii() and c.lower() != c.upper() for c in self.error)
+        return bool(self.error.strip()) and self.matching == self.count and not cased
 
     def to_json(self) -> dict[str, object]:
         return {
