@@ -160,6 +160,16 @@ def test_failures_are_grouped_by_error_and_each_group_filter_selects_it(db, tmp_
     assert 'href="/queues/mail/failures"' in operator.get("/").body
 
 
+def test_a_multi_line_exception_is_grouped_by_its_class(db, tmp_path, console):
+    """A message's further lines (a DETAIL) follow the exception's line: not its key."""
+    two_kinds(db, tmp_path, odd="disk full\nDETAIL:  no space left on /var")
+    assert failed_cli(db)[-1]["last_error"].endswith("DETAIL:  no space left on /var")
+    groups = console.client().get("/api/failures?queue=mail").json()["groups"]
+    assert [(g["error"], g["count"], g["exact"]) for g in groups] == [
+        ("ValueError", 3, True), ("RuntimeError", 2, True),
+    ]  # fmt: skip
+
+
 def test_a_group_whose_text_also_matches_others_gets_no_group_action(db, tmp_path, console):
     two_kinds(db, tmp_path, odd="no ValueError here")
     operator = console.client()

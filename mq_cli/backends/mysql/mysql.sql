@@ -302,13 +302,17 @@ WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
 -- name: failure_groups
 -- A queue's failed messages grouped by their error's key, over a sample: the
 -- first `%s` in the claim index's order (failed ones by priority, then by when
--- they failed: a failed row's available_at is that time). The key: the last
--- line of last_error's last 200 characters (blanks around it cut), up to its
--- first ': ' (a Python exception's class) when that comes within 100
--- characters, else its first 100 characters. Keys differing only in case are
--- one group: the console's error filter ignores case. Per group: a key as
--- stored, the key lowered, its count, oldest and newest failure, newest id,
--- and the sample's size.
+-- they failed: a failed row's available_at is that time). The key comes from one
+-- line of last_error's last 400 characters: in a traceback (a line indented by
+-- two spaces: a frame) the line after the last frame, where Python names the
+-- exception (a message's further lines, a DETAIL, come after it); else the last
+-- line. The key is that line up to its first ': ' (the exception's class) when
+-- that comes within 100 characters, else its first 100 characters. Keys
+-- differing only in case are one group: the console's error filter ignores
+-- case. Per group: a key as stored, the key lowered, its count, oldest and
+-- newest failure, newest id, and the sample's size.
+-- Each LIMIT 18446744073709551615 (all) keeps MariaDB from merging a level into
+-- the next, which would copy its expressions into each of their uses.
 SELECT MIN(k), LOWER(MIN(k)), COUNT(*) AS n, MIN(available_at), MAX(available_at), MAX(id),
        SUM(COUNT(*)) OVER ()
 FROM (
@@ -317,19 +321,29 @@ FROM (
               ELSE LEFT(line, 100) END AS k
   FROM (
     SELECT id, available_at,
-           TRIM(SUBSTRING_INDEX(TRIM(TRAILING '\n' FROM TRIM(TRAILING ' ' FROM
-             RIGHT(COALESCE(last_error, ''), 200))), '\n', -1)) AS line
-    FROM `{table}` FORCE INDEX (`{table}_claim`)
-    WHERE queue = %s AND status = 'failed'
-    ORDER BY priority DESC, available_at, id
-    LIMIT %s
-  ) AS sample
+           TRIM(CASE WHEN LOCATE('\n  ', t) > 0
+                     THEN SUBSTRING_INDEX(CASE WHEN LOCATE('\n', seg) > 0
+                                               THEN SUBSTRING(seg, LOCATE('\n', seg) + 1)
+                                               ELSE seg END, '\n', 1)
+                     ELSE SUBSTRING_INDEX(t, '\n', -1) END) AS line
+    FROM (
+      SELECT id, available_at, t, SUBSTRING_INDEX(t, '\n  ', -1) AS seg
+      FROM (
+        SELECT id, available_at,
+               TRIM(TRAILING '\n' FROM TRIM(TRAILING ' ' FROM RIGHT(COALESCE(last_error, ''), 400))) AS t
+        FROM `{table}` FORCE INDEX (`{table}_claim`)
+        WHERE queue = %s AND status = 'failed'
+        ORDER BY priority DESC, available_at, id
+        LIMIT %s
+      ) AS tails LIMIT 18446744073709551615
+    ) AS segments LIMIT 18446744073709551615
+  ) AS sample LIMIT 18446744073709551615
 ) AS keyed
 GROUP BY LOWER(k) ORDER BY n DESC, MIN(k) LIMIT %s
 
 -- name: failure_matches
 -- How many messages of the same sample hold each key (lowered) anywhere in
--- last_error: what the error filter would select. `{{matches}}` is one
+-- last_error: what the error filter would select. `{matches}` is one
 -- failure_match per key.
 SELECT {matches}
 FROM (

@@ -353,13 +353,17 @@ WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
 -- name: failure_groups
 -- A queue's failed messages grouped by their error's key, over a sample: the
 -- first `%s` in the claim index's order (failed ones by priority, then by when
--- they failed: a failed row's available_at is that time). The key: the last
--- line of last_error's last 200 characters (blanks around it cut), up to its
--- first ': ' (a Python exception's class) when that comes within 100
--- characters, else its first 100 characters. Keys differing only in case are
--- one group: the console's error filter ignores case. Per group: a key as
--- stored, the key lowered, its count, oldest and newest failure, newest id,
--- and the sample's size.
+-- they failed: a failed row's available_at is that time). The key comes from one
+-- line of last_error's last 400 characters: in a traceback (a line indented by
+-- two spaces: a frame) the line after the last frame, where Python names the
+-- exception (a message's further lines, a DETAIL, come after it); else the last
+-- line. The key is that line up to its first ': ' (the exception's class) when
+-- that comes within 100 characters, else its first 100 characters. Keys
+-- differing only in case are one group: the console's error filter ignores
+-- case. Per group: a key as stored, the key lowered, its count, oldest and
+-- newest failure, newest id, and the sample's size.
+-- Each OFFSET 0 keeps PostgreSQL from pulling a level up into the next, which
+-- would copy its expressions into each of their uses.
 SELECT pg_catalog.min(k), pg_catalog.lower(pg_catalog.min(k)), pg_catalog.count(*) AS n,
        pg_catalog.min(available_at), pg_catalog.max(available_at), pg_catalog.max(id),
        pg_catalog.sum(pg_catalog.count(*)) OVER ()
@@ -370,20 +374,28 @@ FROM (
               ELSE pg_catalog."left"(line, 100) END AS k
   FROM (
     SELECT id, available_at,
-           pg_catalog.btrim(pg_catalog.substring(
-             pg_catalog.rtrim(pg_catalog."right"(COALESCE(last_error, ''), 200), E' \t\r\n'),
-             '[^\n]*$')) AS line
-    FROM "{table}"
-    WHERE queue = %s AND status = 'failed'
-    ORDER BY priority DESC, available_at, id
-    LIMIT %s
-  ) AS sample
+           pg_catalog.btrim(CASE WHEN pg_catalog.strpos(t, E'\n  ') > 0
+             THEN pg_catalog.split_part(CASE WHEN pg_catalog.strpos(seg, E'\n') > 0
+                    THEN pg_catalog.substr(seg, pg_catalog.strpos(seg, E'\n') + 1) ELSE seg END, E'\n', 1)
+             ELSE pg_catalog.substring(t, '[^\n]*$') END) AS line
+    FROM (
+      SELECT id, available_at, t, pg_catalog.regexp_replace(t, '^.*\n  ', '') AS seg
+      FROM (
+        SELECT id, available_at,
+               pg_catalog.rtrim(pg_catalog."right"(COALESCE(last_error, ''), 400), E' \t\r\n') AS t
+        FROM "{table}"
+        WHERE queue = %s AND status = 'failed'
+        ORDER BY priority DESC, available_at, id
+        LIMIT %s
+      ) AS tails OFFSET 0
+    ) AS segments OFFSET 0
+  ) AS sample OFFSET 0
 ) AS keyed
 GROUP BY pg_catalog.lower(k) ORDER BY n DESC, pg_catalog.min(k) LIMIT %s
 
 -- name: failure_matches
 -- How many messages of the same sample hold each key (lowered) anywhere in
--- last_error: what the error filter would select. `{{matches}}` is one
+-- last_error: what the error filter would select. `{matches}` is one
 -- failure_match per key.
 SELECT {matches}
 FROM (
