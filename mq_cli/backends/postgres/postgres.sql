@@ -417,8 +417,8 @@ WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
 
 -- name: search_queues
 -- Every queue holding a row, one index seek each (a loose index scan).
-WITH RECURSIVE q(name) AS (
-  SELECT pg_catalog.min(queue) FROM "{table}"
+WITH RECURSIVE q AS (
+  SELECT pg_catalog.min(queue) AS name FROM "{table}"
   UNION ALL
   SELECT (SELECT pg_catalog.min(queue) FROM "{table}" WHERE queue > q.name)
   FROM q WHERE q.name IS NOT NULL
