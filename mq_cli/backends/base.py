@@ -278,6 +278,14 @@ class Backend(ABC):
     last_id = by("operate", parts.OperatePart.last_id)
     purge = by("operate", parts.OperatePart.purge)
     owner_counts = by("operate", parts.OperatePart.owner_counts)
+    payload_heads = by("operate", parts.OperatePart.payload_heads)
+    failure_groups = by("operate", parts.OperatePart.failure_groups)
+    failure_matches = by("operate", parts.OperatePart.failure_matches)
+    search_ids = by("operate", parts.OperatePart.search_ids)
+    search_queues = by("operate", parts.OperatePart.search_queues)
+    search_key = by("operate", parts.OperatePart.search_key)
+    search_window = by("operate", parts.OperatePart.search_window)
+    search_error = by("operate", parts.OperatePart.search_error)
 
     #: the fleet limits' tables (mq_cli/drain/fleet.py, ratelimit.py):
     @property

@@ -167,6 +167,38 @@ class OperatePart(Protocol):
         """(owner, processing messages, of them with a heartbeat older than
         ``stalled_after``) per owner of ``queue``'s `processing` messages."""
 
+    # the console's finding (ops/columns.py, ops/failures.py, ops/search.py): reads only
+
+    def payload_heads(self, ids: Sequence[int], size: int) -> dict[int, tuple[bytes, int]]:
+        """{id: (the payload's first ``size`` bytes, its whole length)} of the live ones of ``ids``."""
+
+    def failure_groups(
+        self, queue: str, sample: int, groups: int
+    ) -> list[tuple[str, str, int, datetime, datetime, int, int]]:
+        """``queue``'s failed messages grouped by their error's key in SQL, over the first
+        ``sample`` of them: (key, key lowered, count, oldest, newest, newest id, the
+        sample's size) for the ``groups`` biggest; see <dialect>.sql."""
+
+    def failure_matches(self, queue: str, sample: int, lowered: Sequence[str]) -> list[int]:
+        """For each of ``lowered`` (keys as failure_groups lowered them): how many of the
+        same sample hold it anywhere in last_error, in any case."""
+
+    def search_ids(self, ids: Sequence[int]) -> list[Message]:
+        """The live messages of ``ids`` (without payload)."""
+
+    def search_queues(self, limit: int) -> list[str]:
+        """Up to ``limit`` queues holding a row (tombstones too), by name, one index seek each."""
+
+    def search_key(self, queue: str, key: str) -> list[Message]:
+        """The live message of ``queue`` with unique key ``key``, if any."""
+
+    def search_window(self, after_id: int, budget: int) -> tuple[int | None, int]:
+        """(the last id, how many rows) of the ``budget`` rows after ``after_id`` by id."""
+
+    def search_error(self, after_id: int, up_to_id: int, text: str, limit: int) -> list[Message]:
+        """Up to ``limit`` live messages with after_id < id <= up_to_id whose last_error
+        holds ``text`` (any case), by id."""
+
 
 class LimitsPart(Protocol):
     """The fleet limits' tables: max_drains' slot rows, rate_limit's buckets (backends/sqllimits.py)."""

@@ -16,6 +16,9 @@ from mq_cli.backends.plumbing import Executor, Tx
 from mq_cli.core.models import ByIdResult, Message, QueueStats
 
 T = TypeVar("T")
+#: a failure group as the backend reads it: (key, key lowered, count, oldest, newest,
+#: newest id, the sample's size); see ops/failures.py
+FailureGroupRow = tuple[str, str, int, datetime, datetime, int, int]
 
 #: the largest id a BIGINT holds: a larger one names no message, and is never sent (it
 #: would travel as a numeric, which pg_catalog compares with a bigint only by converting,
@@ -235,3 +238,50 @@ class SqlOperate:
                 oldest_ready_seconds=max(float(oldest), 0.0) if oldest is not None else None,
             )
         return result
+
+    # -- the console's finding (ops/columns.py, ops/failures.py, ops/search.py) --------
+
+    def payload_heads(self, ids: Sequence[int], size: int) -> dict[int, tuple[bytes, int]]:
+        real = [ident for ident in ids if 0 < ident <= MAX_ID]
+        if not real:
+            return {}
+        rows = self.db._rows(self.db._with_ids("payload_heads", real), (size, *real))
+        return {int(row[0]): (bytes(row[1] or b""), int(row[2])) for row in rows}
+
+    def failure_groups(self, queue: str, sample: int, groups: int) -> list[FailureGroupRow]:
+        found: list[FailureGroupRow] = []
+        for row in self.db._rows(self.db._sql["failure_groups"], (queue, sample, groups)):
+            oldest, newest = self.db._time(row[3]), self.db._time(row[4])
+            assert oldest is not None and newest is not None  # a group has rows
+            found.append(
+                (str(row[0]), str(row[1]), int(row[2]), oldest, newest, int(row[5]), int(row[6]))
+            )
+        return found
+
+    def failure_matches(self, queue: str, sample: int, lowered: Sequence[str]) -> list[int]:
+        if not lowered:
+            return []
+        one = self.db._sql["failure_match"]
+        sql = self.db._sql["failure_matches"].replace("{matches}", ", ".join([one] * len(lowered)))
+        return [int(n or 0) for n in self.db._rows(sql, (*lowered, queue, sample))[0]]
+
+    def search_ids(self, ids: Sequence[int]) -> list[Message]:
+        real = [ident for ident in ids if 0 < ident <= MAX_ID]
+        return self._messages_in(self.db._with_ids("search_ids", real), real) if real else []
+
+    def search_queues(self, limit: int) -> list[str]:
+        return [str(row[0]) for row in self.db._rows(self.db._sql["search_queues"], (limit,))]
+
+    def search_key(self, queue: str, key: str) -> list[Message]:
+        return self._messages("search_key", (queue, key))
+
+    def search_window(self, after_id: int, budget: int) -> tuple[int | None, int]:
+        end, count = self.db._rows(self.db._sql["search_window"], (after_id, budget))[0]
+        return (None if end is None else int(end)), int(count)
+
+    def search_error(self, after_id: int, up_to_id: int, text: str, limit: int) -> list[Message]:
+        params = (after_id, up_to_id, text.lower(), limit)
+        return self._messages("search_error", params)
+
+    def _messages_in(self, sql: str, params: Sequence[object]) -> list[Message]:
+        return [self._listed(row) for row in self.db._rows(sql, params)]

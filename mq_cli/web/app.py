@@ -122,9 +122,10 @@ def create_app(
     app.register_error_handler(MqError, _mq_error)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected)
-    from mq_cli.web import actions, drains, jsonapi, pages
+    from mq_cli.web import actions, drains, find, jsonapi, pages  # find adds its routes to /api/
 
     app.register_blueprint(pages.blueprint)
+    app.register_blueprint(find.blueprint)
     app.register_blueprint(actions.blueprint)
     app.register_blueprint(jsonapi.blueprint, url_prefix="/api")
     app.register_blueprint(drains.blueprint)  # and its /api/drains/ (web/drains.py)

@@ -20,10 +20,12 @@ from mq_cli.core.models import STATES, QueueStats, iso
 from mq_cli.core.render import error_line, payload_view
 from mq_cli.ops import health
 from mq_cli.ops.browse import Filter
+from mq_cli.ops.columns import columns
 from mq_cli.ops.status import iso as iso_seconds
 from mq_cli.ops.status import seconds_text
 from mq_cli.web import charts
 from mq_cli.web.context import console, mq
+from mq_cli.web.find import reader
 from mq_cli.web.inputs import whole
 
 blueprint = Blueprint("pages", __name__)
@@ -97,10 +99,11 @@ def queue(queue: str) -> str:
     chosen = current_filter()
     after = cursor()
     page = mq().browse(queue, chosen, after, PAGE_SIZE)
+    more = columns(reader(), page.messages, page.states)  # preview, next retry, failed at
     rows = [
         {
             "m": m, "state": page.states[m.id], "activity": page.activity.get(m.id),
-            "error": error_line(m.last_error, 160) if m.last_error else "",
+            "error": error_line(m.last_error, 160) if m.last_error else "", "more": more[m.id],
         }
         for m in page.messages
     ]  # fmt: skip

@@ -363,6 +363,104 @@ SELECT id, queue, status, priority, error_count, created_at, available_at, uniqu
 FROM `{table}`
 WHERE id = %s AND status IN ('ready', 'delayed', 'processing', 'failed')
 
+-- The console's finding (mq_cli/ops/columns.py, failures.py, search.py): reads
+-- only, each bounded by a LIMIT the caller gives or by the ids it names.
+
+-- name: payload_heads
+-- The first bytes of each payload and its whole length: a preview never sends
+-- a 50 MB payload to mq.
+SELECT id, SUBSTRING(payload, 1, %s), LENGTH(payload) FROM `{table}`
+WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
+
+-- name: failure_groups
+-- A queue's failed messages grouped by their error's key, over a sample: the
+-- first `%s` in the claim index's order (failed ones by priority, then by when
+-- they failed: a failed row's available_at is that time). The key comes from one
+-- line of last_error's last 400 characters: in a traceback (a line indented by
+-- two spaces: a frame) the line after the last frame, where Python names the
+-- exception (a message's further lines, a DETAIL, come after it); else the last
+-- line. The key is that line up to its first ': ' (the exception's class) when
+-- that comes within 100 characters, else its first 100 characters. Keys
+-- differing only in case are one group: the console's error filter ignores
+-- case. Per group: a key as stored, the key lowered, its count, oldest and
+-- newest failure, newest id, and the sample's size.
+-- Each LIMIT 18446744073709551615 (all) keeps MariaDB from merging a level into
+-- the next, which would copy its expressions into each of their uses.
+SELECT MIN(k), LOWER(MIN(k)), COUNT(*) AS n, MIN(available_at), MAX(available_at), MAX(id),
+       SUM(COUNT(*)) OVER ()
+FROM (
+  SELECT id, available_at,
+         CASE WHEN LOCATE(': ', line) BETWEEN 2 AND 101 THEN LEFT(line, LOCATE(': ', line) - 1)
+              ELSE LEFT(line, 100) END AS k
+  FROM (
+    SELECT id, available_at,
+           TRIM(CASE WHEN LOCATE('\n  ', t) > 0
+                     THEN SUBSTRING_INDEX(CASE WHEN LOCATE('\n', seg) > 0
+                                               THEN SUBSTRING(seg, LOCATE('\n', seg) + 1)
+                                               ELSE seg END, '\n', 1)
+                     ELSE SUBSTRING_INDEX(t, '\n', -1) END) AS line
+    FROM (
+      SELECT id, available_at, t, SUBSTRING_INDEX(t, '\n  ', -1) AS seg
+      FROM (
+        SELECT id, available_at,
+               TRIM(TRAILING '\n' FROM TRIM(TRAILING ' ' FROM RIGHT(COALESCE(last_error, ''), 400))) AS t
+        FROM `{table}` FORCE INDEX (`{table}_claim`)
+        WHERE queue = %s AND status = 'failed'
+        ORDER BY priority DESC, available_at, id
+        LIMIT %s
+      ) AS tails LIMIT 18446744073709551615
+    ) AS segments LIMIT 18446744073709551615
+  ) AS sample LIMIT 18446744073709551615
+) AS keyed
+GROUP BY LOWER(k) ORDER BY n DESC, MIN(k) LIMIT %s
+
+-- name: failure_matches
+-- How many messages of the same sample hold each key (lowered) anywhere in
+-- last_error: what the error filter would select. `{matches}` is one
+-- failure_match per key.
+SELECT {matches}
+FROM (
+  SELECT LOWER(COALESCE(last_error, '')) AS error
+  FROM `{table}` FORCE INDEX (`{table}_claim`)
+  WHERE queue = %s AND status = 'failed'
+  ORDER BY priority DESC, available_at, id
+  LIMIT %s
+) AS sample
+
+-- name: failure_match
+SUM(LOCATE(%s, error) > 0)
+
+-- name: search_ids
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM `{table}`
+WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
+
+-- name: search_queues
+-- Every queue holding a row: a loose scan of the due index ("index for group-by").
+SELECT DISTINCT queue FROM `{table}` LIMIT %s
+
+-- name: search_key
+-- A unique key in one queue, by the unique index (queue:key).
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM `{table}`
+WHERE unique_slot = CONCAT(%s, ':', %s) AND status IN ('ready', 'delayed', 'processing', 'failed')
+
+-- name: search_window
+-- The rows an error search looks at: the next `%s` ids after one, by the primary key.
+SELECT MAX(id), COUNT(*) FROM (SELECT id FROM `{table}` WHERE id > %s ORDER BY id LIMIT %s) w
+
+-- name: search_error
+-- Live messages of a window whose last_error holds the text (given lowered).
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM `{table}`
+WHERE id > %s AND id <= %s AND status IN ('ready', 'delayed', 'processing', 'failed')
+  AND LOCATE(%s, LOWER(last_error)) > 0
+ORDER BY id
+LIMIT %s
+
 -- name: lock_ids
 -- retry/delete by id: lock the rows first, so what is refused (processing) and
 -- what is changed are decided on the same state.

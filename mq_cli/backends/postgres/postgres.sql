@@ -428,6 +428,112 @@ SELECT id, queue, status, priority, error_count, created_at, available_at, uniqu
 FROM "{table}"
 WHERE id = %s AND status IN ('ready', 'delayed', 'processing', 'failed')
 
+-- The console's finding (mq_cli/ops/columns.py, failures.py, search.py): reads
+-- only, each bounded by a LIMIT the caller gives or by the ids it names.
+
+-- name: payload_heads
+-- The first bytes of each payload and its whole length: a preview never sends
+-- a 50 MB payload to mq (length reads the TOAST header, substr a slice).
+SELECT id, pg_catalog.substr(payload, 1, %s), pg_catalog.length(payload) FROM "{table}"
+WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
+
+-- name: failure_groups
+-- A queue's failed messages grouped by their error's key, over a sample: the
+-- first `%s` in the claim index's order (failed ones by priority, then by when
+-- they failed: a failed row's available_at is that time). The key comes from one
+-- line of last_error's last 400 characters: in a traceback (a line indented by
+-- two spaces: a frame) the line after the last frame, where Python names the
+-- exception (a message's further lines, a DETAIL, come after it); else the last
+-- line. The key is that line up to its first ': ' (the exception's class) when
+-- that comes within 100 characters, else its first 100 characters. Keys
+-- differing only in case are one group: the console's error filter ignores
+-- case. Per group: a key as stored, the key lowered, its count, oldest and
+-- newest failure, newest id, and the sample's size.
+-- Each OFFSET 0 keeps PostgreSQL from pulling a level up into the next, which
+-- would copy its expressions into each of their uses.
+SELECT pg_catalog.min(k), pg_catalog.lower(pg_catalog.min(k)), pg_catalog.count(*) AS n,
+       pg_catalog.min(available_at), pg_catalog.max(available_at), pg_catalog.max(id),
+       pg_catalog.sum(pg_catalog.count(*)) OVER ()
+FROM (
+  SELECT id, available_at,
+         CASE WHEN pg_catalog.strpos(line, ': ') BETWEEN 2 AND 101
+              THEN pg_catalog."left"(line, pg_catalog.strpos(line, ': ') - 1)
+              ELSE pg_catalog."left"(line, 100) END AS k
+  FROM (
+    SELECT id, available_at,
+           pg_catalog.btrim(CASE WHEN pg_catalog.strpos(t, E'\n  ') > 0
+             THEN pg_catalog.split_part(CASE WHEN pg_catalog.strpos(seg, E'\n') > 0
+                    THEN pg_catalog.substr(seg, pg_catalog.strpos(seg, E'\n') + 1) ELSE seg END, E'\n', 1)
+             ELSE pg_catalog.substring(t, '[^\n]*$') END) AS line
+    FROM (
+      SELECT id, available_at, t, pg_catalog.regexp_replace(t, '^.*\n  ', '') AS seg
+      FROM (
+        SELECT id, available_at,
+               pg_catalog.rtrim(pg_catalog."right"(COALESCE(last_error, ''), 400), E' \t\r\n') AS t
+        FROM "{table}"
+        WHERE queue = %s AND status = 'failed'
+        ORDER BY priority DESC, available_at, id
+        LIMIT %s
+      ) AS tails OFFSET 0
+    ) AS segments OFFSET 0
+  ) AS sample OFFSET 0
+) AS keyed
+GROUP BY pg_catalog.lower(k) ORDER BY n DESC, pg_catalog.min(k) LIMIT %s
+
+-- name: failure_matches
+-- How many messages of the same sample hold each key (lowered) anywhere in
+-- last_error: what the error filter would select. `{matches}` is one
+-- failure_match per key.
+SELECT {matches}
+FROM (
+  SELECT pg_catalog.lower(COALESCE(last_error, '')) AS error
+  FROM "{table}"
+  WHERE queue = %s AND status = 'failed'
+  ORDER BY priority DESC, available_at, id
+  LIMIT %s
+) AS sample
+
+-- name: failure_match
+pg_catalog.count(*) FILTER (WHERE pg_catalog.strpos(error, %s) > 0)
+
+-- name: search_ids
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM "{table}"
+WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
+
+-- name: search_queues
+-- Every queue holding a row, one index seek each (a loose index scan).
+WITH RECURSIVE q AS (
+  SELECT pg_catalog.min(queue) AS name FROM "{table}"
+  UNION ALL
+  SELECT (SELECT pg_catalog.min(queue) FROM "{table}" WHERE queue > q.name)
+  FROM q WHERE q.name IS NOT NULL
+)
+SELECT name FROM q WHERE name IS NOT NULL LIMIT %s
+
+-- name: search_key
+-- A unique key in one queue, by the unique index.
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM "{table}"
+WHERE queue = %s AND unique_key = %s AND status IN ('ready', 'delayed', 'processing', 'failed')
+
+-- name: search_window
+-- The rows an error search looks at: the next `%s` ids after one, by the primary key.
+SELECT pg_catalog.max(id), pg_catalog.count(*)
+FROM (SELECT id FROM "{table}" WHERE id > %s ORDER BY id LIMIT %s) AS w
+
+-- name: search_error
+-- Live messages of a window whose last_error holds the text (given lowered).
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM "{table}"
+WHERE id > %s AND id <= %s AND status IN ('ready', 'delayed', 'processing', 'failed')
+  AND pg_catalog.strpos(pg_catalog.lower(last_error), %s) > 0
+ORDER BY id
+LIMIT %s
+
 -- name: lock_ids
 -- retry/delete by id: lock the rows first, so what is refused (processing) and
 -- what is changed are decided on the same state.

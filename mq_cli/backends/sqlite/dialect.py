@@ -6,7 +6,7 @@ import os
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 from mq_cli.backends import bloat
@@ -16,6 +16,7 @@ from mq_cli.backends.inserts import initial_status, insert_each, insert_rows
 from mq_cli.backends.sqlcore import SqlBackend, Tx
 from mq_cli.backends.sqlfiles import queries as dialect_queries
 from mq_cli.backends.sqlite import url as sqlite_url
+from mq_cli.backends.sqlite.heads import SqliteOperate
 from mq_cli.backends.sqlite.wal import WalGuard
 from mq_cli.core.dburl import DatabaseSettings
 from mq_cli.core.errors import DatabaseError, MqError, SchemaMissing
@@ -64,6 +65,10 @@ class SqliteBackend(SqlBackend):
     max_payload = 1_000_000_000 - 1024
     #: one writer at a time (BEGIN IMMEDIATE): nothing deadlocks, nothing to retry
     retries = 0
+
+    @cached_property
+    def operate(self) -> SqliteOperate:  # payload heads by blob handles (heads.py)
+        return SqliteOperate(self, self.dead_owners)
 
     def __init__(
         self,

@@ -349,6 +349,115 @@ SELECT id, queue, status, priority, error_count, created_at, available_at, uniqu
 FROM "{table}"
 WHERE id = ? AND status IN ('ready', 'delayed', 'processing', 'failed')
 
+-- The console's finding (mq_cli/ops/columns.py, failures.py, search.py): reads
+-- only, each bounded by a LIMIT the caller gives or by the ids it names.
+
+-- name: payload_heads
+-- The first bytes of each payload and its whole length: a preview never reads
+-- a 50 MB payload into mq.
+SELECT id, substr(payload, 1, ?), length(payload) FROM "{table}"
+WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
+
+-- name: failure_groups
+-- A queue's failed messages grouped by their error's key, over a sample: the
+-- first `?` in the claim index's order (failed ones by priority, then by when
+-- they failed: a failed row's available_at is that time). The key comes from one
+-- line of last_error's last 400 characters: in a traceback (a line indented by
+-- two spaces: a frame) the line after the last frame, where Python names the
+-- exception (a message's further lines, a DETAIL, come after it); else the last
+-- line. The key is that line up to its first ': ' (the exception's class) when
+-- that comes within 100 characters, else its first 100 characters. Keys
+-- differing only in case are one group: the console's error filter ignores
+-- case. Per group: a key as stored, the key lowered, its count, oldest and
+-- newest failure, newest id, and the sample's size.
+-- SQLite has no "last line of": each newline becomes 400 spaces, so the last
+-- 400 characters hold the last line and blanks only (the same for frames).
+-- Each LIMIT -1 keeps SQLite from flattening a level into the next, which would
+-- copy its expressions into each of their uses: 20 times the work.
+SELECT MIN(k), lower(MIN(k)), COUNT(*) AS n, MIN(available_at), MAX(available_at), MAX(id),
+       SUM(COUNT(*)) OVER ()
+FROM (
+  SELECT id, available_at,
+         CASE WHEN instr(line, ': ') BETWEEN 2 AND 101 THEN substr(line, 1, instr(line, ': ') - 1)
+              ELSE substr(line, 1, 100) END AS k
+  FROM (
+    SELECT id, available_at,
+           trim(CASE WHEN instr(t, char(10) || '  ') > 0
+                     THEN substr(r, 1, instr(r || char(10), char(10)) - 1)
+                     ELSE substr(replace(t, char(10), printf('%400s', '')), -400) END) AS line
+    FROM (
+      SELECT id, available_at, t,
+             CASE WHEN instr(seg, char(10)) > 0 THEN substr(seg, instr(seg, char(10)) + 1)
+                  ELSE seg END AS r
+      FROM (
+        SELECT id, available_at, t,
+               ltrim(substr(replace(t, char(10) || '  ', printf('%400s', '')), -400)) AS seg
+        FROM (
+          SELECT id, available_at,
+                 rtrim(substr(COALESCE(last_error, ''), -400), char(9, 10, 13, 32)) AS t
+          FROM "{table}" INDEXED BY "{table}_claim"
+          WHERE queue = ? AND status = 'failed'
+          ORDER BY priority DESC, available_at, id
+          LIMIT ?
+        ) AS tails LIMIT -1
+      ) AS segments LIMIT -1
+    ) AS rests LIMIT -1
+  ) AS sample LIMIT -1
+) AS keyed
+GROUP BY lower(k) ORDER BY n DESC, MIN(k) LIMIT ?
+
+-- name: failure_matches
+-- How many messages of the same sample hold each key (lowered) anywhere in
+-- last_error: what the error filter would select. `{matches}` is one
+-- failure_match per key.
+SELECT {matches}
+FROM (
+  SELECT lower(COALESCE(last_error, '')) AS error
+  FROM "{table}" INDEXED BY "{table}_claim"
+  WHERE queue = ? AND status = 'failed'
+  ORDER BY priority DESC, available_at, id
+  LIMIT ?
+) AS sample
+
+-- name: failure_match
+SUM(instr(error, ?) > 0)
+
+-- name: search_ids
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM "{table}"
+WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'processing', 'failed')
+
+-- name: search_queues
+-- Every queue holding a row, one index seek each (a loose index scan).
+WITH RECURSIVE q(name) AS (
+  SELECT MIN(queue) FROM "{table}"
+  UNION ALL
+  SELECT (SELECT MIN(queue) FROM "{table}" WHERE queue > q.name) FROM q WHERE q.name IS NOT NULL
+)
+SELECT name FROM q WHERE name IS NOT NULL LIMIT ?
+
+-- name: search_key
+-- A unique key in one queue, by the unique index.
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM "{table}"
+WHERE queue = ? AND unique_key = ? AND status IN ('ready', 'delayed', 'processing', 'failed')
+
+-- name: search_window
+-- The rows an error search looks at: the next `?` ids after one, by the primary key.
+SELECT MAX(id), COUNT(*) FROM (SELECT id FROM "{table}" WHERE id > ? ORDER BY id LIMIT ?)
+
+-- name: search_error
+-- Live messages of a window whose last_error holds the text (given lowered).
+SELECT id, queue, status, priority, error_count, created_at, available_at, unique_key,
+       last_error, owner, heartbeat_at
+FROM "{table}"
+WHERE id > ? AND id <= ? AND status IN ('ready', 'delayed', 'processing', 'failed')
+  AND instr(lower(last_error), ?) > 0
+ORDER BY id
+LIMIT ?
+
 -- name: lock_ids
 -- retry/delete by id, inside BEGIN IMMEDIATE: what is refused (processing) and
 -- what is changed are decided on the same state.
