@@ -157,8 +157,13 @@ async def async_record(payload: dict) -> None:
 
 
 def step(payload: dict) -> None:
-    """Records its "n" and pid in its "file", then sleeps, fails or exits as it says."""
+    """Records its "n" and pid in its "file", then waits for its "until" file to exist (a
+    test's release, 300 s at most: a hang's cap), sleeps, fails or exits as it says."""
     _append(payload["file"], {"n": payload["n"], "pid": os.getpid()})
+    if payload.get("until"):
+        deadline = time.monotonic() + 300
+        while not os.path.exists(payload["until"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
     if payload.get("sleep"):
         time.sleep(payload["sleep"])
     if payload.get("exit") is not None:

@@ -23,14 +23,34 @@ def _config(tmp: Path, batch_size: int, concurrency: int = 1) -> None:
     )
 
 
-def _enqueue(db, tmp: Path, count: int, sleep: float, first: float) -> list[int]:
-    """``count`` steps; the first sleeps ``first`` seconds: long enough for a request to
-    reach its drain while it runs (seen within 2 s), the others ``sleep``."""
-    steps = [json.dumps({"n": n, "file": str(tmp / "ran.jsonl"), "sleep": first if n == 1 else sleep})
+def _enqueue(db, tmp: Path, count: int, sleep: float, hold: bool = False) -> list[int]:
+    """``count`` steps that sleep ``sleep`` seconds; with ``hold`` the first runs until
+    the test releases it (:func:`_release_once`), so a request reaches its drain while
+    it runs however slow the machine is."""
+    steps = [json.dumps({"n": n, "file": str(tmp / "ran.jsonl"), "sleep": sleep,
+                         **({"until": str(tmp / "release")} if hold and n == 1 else {})})
              for n in range(1, count + 1)]  # fmt: skip
     result = db.run("enqueue", "-q", "jobs", *steps)
     assert result.exit_code == 0, result.output
     return [int(line) for line in result.stdout.split()]
+
+
+def _spawn(db, tmp: Path, *args: str) -> subprocess.Popen:
+    """A drain whose log (-v: a quiet request is said at info level) goes to a file."""
+    with open(tmp / "drain.err", "wb") as err:
+        return db.spawn("-v", "drain", *args, stderr=err)
+
+
+def _release_once(tmp: Path, said: str) -> None:
+    """Once the drain's log says ``said`` (it read the request), its first message ends."""
+    log = tmp / "drain.err"
+    wait_for(lambda: said in log.read_text(errors="replace"), f"the drain to say {said!r}")
+    (tmp / "release").touch()
+
+
+#: what a drain says when it reads a request
+SAYS_STOP = "got a stop request from"
+SAYS_QUIET = "to end quietly (mq stop --quiet)"
 
 
 def _ran(tmp: Path) -> list[int]:
@@ -56,7 +76,7 @@ def _live(db, pid: int, running: bool = False) -> dict | None:
 
 def _ended(proc: subprocess.Popen) -> dict:
     out, err = proc.communicate(timeout=HANG)
-    assert proc.returncode == 0, err.decode()
+    assert proc.returncode == 0, (err or b"").decode()
     return json.loads(out)
 
 
@@ -76,14 +96,15 @@ ME = f"{getpass.getuser()}@{socket.gethostname()}"
 
 def test_stop_is_a_sigterm_through_the_database(db, tmp_path):
     _config(tmp_path, batch_size=3)
-    first, *rest = _enqueue(db, tmp_path, 3, sleep=1, first=8)
-    proc = db.spawn("drain", "-q", "jobs", "--json")
+    first, *rest = _enqueue(db, tmp_path, 3, sleep=1, hold=True)
+    proc = _spawn(db, tmp_path, "-q", "jobs", "--json")
     drain = wait_for(lambda: _live(db, proc.pid, running=True), "the drain running a message")
     name = f"{drain['host']}:{drain['pid']}"
     assert name in db.run("status").stdout  # the name `mq stop` takes
     asked = db.run("stop", name)
     assert asked.exit_code == 0, asked.output
     assert f"asked drain {name} (queue jobs) to stop" in asked.stdout
+    _release_once(tmp_path, SAYS_STOP)
     report = _ended(proc)
     # The running handler finished; the two it claimed and did not start are ready.
     assert (report["succeeded"], report["returned"], report["ended"]) == (1, 2, "stop")
@@ -101,8 +122,8 @@ def test_stop_is_a_sigterm_through_the_database(db, tmp_path):
 
 def test_quiet_runs_what_it_claimed_and_claims_no_more(db, tmp_path):
     _config(tmp_path, batch_size=2)
-    ids = _enqueue(db, tmp_path, 3, sleep=1, first=6)
-    proc = db.spawn("drain", "-q", "jobs", "--json")
+    ids = _enqueue(db, tmp_path, 3, sleep=1, hold=True)
+    proc = _spawn(db, tmp_path, "-q", "jobs", "--json")
     drain = wait_for(lambda: _live(db, proc.pid, running=True), "the drain running a message")
     asked = db.run("stop", drain["owner"], "--quiet", "--json")  # by its owner token too
     assert asked.exit_code == 0, asked.output
@@ -112,6 +133,7 @@ def test_quiet_runs_what_it_claimed_and_claims_no_more(db, tmp_path):
     assert (answer["drain"], answer["request"], answer["by"]) == (
         f"{drain['host']}:{drain['pid']}", "quiet", ME,
     )  # fmt: skip
+    _release_once(tmp_path, SAYS_QUIET)
     report = _ended(proc)
     assert (report["claimed"], report["succeeded"], report["returned"]) == (2, 2, 0)
     assert report["ended"] == "quiet"
@@ -168,7 +190,7 @@ def test_init_migrates_a_version_4_run_log(db, tmp_path):
     from mq_cli.backends.sqlrunlog import ADDED_IN_5
 
     _config(tmp_path, batch_size=1)
-    _enqueue(db, tmp_path, 1, sleep=0, first=0)
+    _enqueue(db, tmp_path, 1, sleep=0)
     assert db.run("drain", "-q", "jobs").exit_code == 0
     for column in ADDED_IN_5:
         db.sql(f"ALTER TABLE mq_messages_runs DROP COLUMN {column}")
@@ -193,14 +215,15 @@ def test_init_migrates_a_version_4_run_log(db, tmp_path):
 
 def test_a_stop_outranks_a_quiet_and_a_quiet_never_undoes_a_stop(db, tmp_path):
     _config(tmp_path, batch_size=3)
-    first, *rest = _enqueue(db, tmp_path, 3, sleep=1, first=8)
-    proc = db.spawn("drain", "-q", "jobs", "--json")
+    first, *rest = _enqueue(db, tmp_path, 3, sleep=1, hold=True)
+    proc = _spawn(db, tmp_path, "-q", "jobs", "--json")
     drain = wait_for(lambda: _live(db, proc.pid, running=True), "the drain running a message")
     name = f"{drain['host']}:{drain['pid']}"
     assert db.run("stop", name, "--quiet").exit_code == 0
     assert db.run("stop", name).exit_code == 0
     again = db.run("stop", name, "--quiet")
     assert again.exit_code == 0 and f"was asked to stop already (by {ME})" in again.stdout
+    _release_once(tmp_path, SAYS_STOP)
     report = _ended(proc)
     assert (report["succeeded"], report["returned"], report["ended"]) == (1, 2, "stop")
     assert _ids(db, "ready") == rest and _ran(tmp_path) == [1]

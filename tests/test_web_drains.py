@@ -10,7 +10,16 @@ import urllib.request
 
 import pytest
 
-from tests.test_stop import HANG, _ended, _live, _ran, _run
+from tests.test_stop import (
+    HANG,
+    SAYS_STOP,
+    _ended,
+    _live,
+    _ran,
+    _release_once,
+    _run,
+    _spawn,
+)
 from tests.webconsole import OPERATOR, VIEWER, Server, basic, wait_for, write_config
 
 
@@ -37,20 +46,23 @@ def _api(console, name: str, body: bytes, user=OPERATOR, token: str | None = Non
 
 
 def _slow_drain(db, tmp_path):
-    """A drain of thumbs that holds three claimed messages and runs the first (10 s)."""
+    """A drain of thumbs that holds three claimed messages and runs the first (until the
+    test releases it)."""
     ids = _enqueue_thumbs(db, tmp_path)
-    proc = db.spawn(
-        "drain", "-q", "thumbs", "--handler", "tests.handlers:step", "--batch-size", "3", "--json"
-    )
+    proc = _spawn(
+        db, tmp_path, "-q", "thumbs", "--handler", "tests.handlers:step", "--batch-size", "3",
+        "--json",
+    )  # fmt: skip
     drain = wait_for(lambda: _live(db, proc.pid, running=True), "the drain running a message")
     return proc, f"{drain['host']}:{drain['pid']}", ids
 
 
 def _enqueue_thumbs(db, tmp_path) -> list[int]:
-    # The first runs long enough for the requests before the stop: the stop must come
-    # while it runs (then it finishes and the two others go back to ready).
-    steps = [json.dumps({"n": n, "file": str(tmp_path / "ran.jsonl"), "sleep": sleep})
-             for n, sleep in ((1, 10), (2, 1), (3, 1))]  # fmt: skip
+    # The first runs until the drain has read the stop (_release_once): the stop must
+    # come while it runs (then it finishes and the two others go back to ready).
+    hold = {"until": str(tmp_path / "release")}
+    steps = [json.dumps({"n": n, "file": str(tmp_path / "ran.jsonl"), "sleep": 1,
+                         **(hold if n == 1 else {})}) for n in (1, 2, 3)]  # fmt: skip
     result = db.run("enqueue", "-q", "thumbs", *steps)
     assert result.exit_code == 0, result.output
     return [int(line) for line in result.stdout.split()]
@@ -80,6 +92,7 @@ def test_stop_from_the_run_log_page_after_its_confirmation(db, tmp_path, console
 
     done = operator.post(f"/drains/{name}/stop", {**form, "confirm": "1"})
     assert done.status == 200 and f"asked drain {name} (queue thumbs) to stop" in done.body
+    _release_once(tmp_path, SAYS_STOP)
     report = _ended(proc)
     assert (report["succeeded"], report["returned"], report["ended"]) == (1, 2, "stop")
     assert _ran(tmp_path) == [1]
