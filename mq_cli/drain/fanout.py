@@ -109,10 +109,12 @@ def _total(outputs: Sequence[tuple[bytes, int]]) -> DrainReport:
             continue
         for key in ("claimed", "succeeded", "failed", "returned", "unrecorded", "lost"):
             setattr(total, key, getattr(total, key) + int(report.get(key, 0)))
+        total.for_gc += [int(i) for i in report.get("for_gc", [])]
         total.seconds = max(total.seconds, float(report["seconds"]))
         drained.update(report["queues"])
         busy.update(report["busy"])
         ended.add(str(report.get("ended", "empty")))
+    total.for_gc.sort()
     total.queues = sorted(drained)
     total.busy = sorted(busy - drained)  # busy for every child: no slot was free at all
     total.ended = next((reason for reason in _ENDED if reason in ended), "empty")
