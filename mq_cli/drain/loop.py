@@ -31,13 +31,12 @@ from mq_cli.drain.lease import Lease
 from mq_cli.drain.report import DrainOptions, DrainReport
 from mq_cli.drain.runlog import RunLog
 from mq_cli.drain.running import BatchRunner
-from mq_cli.drain.session import DatabaseAway, DrainSession, StoppedWhileAway, WaitInterrupted
+from mq_cli.drain.session import DatabaseAway, DrainSession, WaitInterrupted
 from mq_cli.runners.runner import Runner
 
 log = logging.getLogger("mq")
 
 PAUSE_LOOK_EVERY = 2.0  # a running drain looks whether its queue was paused
-LEFT_SHOWN = 20  # ids of messages left for gc named on stderr (--json has them all)
 
 
 class Drain:
@@ -80,31 +79,14 @@ class Drain:
             log.info("%s", exc)
             self.stop_reason = "signal"
         except MqError as exc:
-            self.report.ended = "database" if isinstance(exc, DatabaseError) else "error"
-            if isinstance(exc, StoppedWhileAway):
-                self.report.ended = "signal"  # exit 3 still: what it held is not recorded
+            ended = getattr(exc, "ended", "database")  # StoppedWhileAway: "signal", exit 3
+            self.report.ended = ended if isinstance(exc, DatabaseError) else "error"
             exc.report = self.report
-            self._name_left()
+            self.report.for_gc = self.session.leave_for_gc()
             raise
         self.report.ended = self.stop_reason or "empty"
-        self._name_left()
+        self.report.for_gc = self.session.leave_for_gc()
         return self.report
-
-    def _name_left(self) -> None:
-        """What the drain leaves processing for gc, by id: in --json, and on stderr."""
-        self.session.let_go()  # what it still holds now stays so
-        left = self.report.for_gc = sorted(self.session.left)
-        if left:
-            shown = ", ".join(map(str, left[:LEFT_SHOWN]))
-            more = (
-                f" and {len(left) - LEFT_SHOWN} more (--json lists all)"
-                if len(left) > LEFT_SHOWN
-                else ""
-            )
-            log.warning(
-                "left processing until `mq gc --stalled --requeue` (or requeue_stalled) "
-                "takes them back: message(s) %s%s", shown, more,
-            )  # fmt: skip
 
     def _run(self) -> None:
         started = time.monotonic()

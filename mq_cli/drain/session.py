@@ -48,6 +48,7 @@ READ_ONLY_FOR = 3.5
 # what it holds for this long at most, not the whole reconnect window: the next cron
 # run of its line waits for its slot meanwhile (slots.py: take_over).
 RECORD_AFTER_END = 5.0
+LEFT_SHOWN = 20  # ids of messages left for gc named on stderr (--json has them all)
 # While it reconnects, a drain looks this often whether a second signal came.
 SIGNAL_LOOK_EVERY = 0.05
 
@@ -60,6 +61,8 @@ class DatabaseAway(DatabaseError):
 class StoppedWhileAway(DatabaseAway):
     """A second SIGTERM or SIGINT while the drain held messages and reconnected: it
     stops at once (exit 3); what it held stays processing for gc."""
+
+    ended = "signal"  # the report's: what ended the run (loop.py)
 
 
 class TakenForDead(SessionLost):
@@ -145,6 +148,21 @@ class DrainSession:
         self.in_hand = False
         for forget in self.on_let_go:
             forget()
+
+    def leave_for_gc(self) -> list[int]:
+        """At the drain's end: what it leaves processing for gc, by id (--json's
+        for_gc), named on stderr."""
+        self.let_go()  # what it still holds now stays so
+        left = sorted(self.left)
+        if left:
+            shown = ", ".join(map(str, left[:LEFT_SHOWN]))
+            more = len(left) - LEFT_SHOWN
+            log.warning(
+                "left processing until `mq gc --stalled --requeue` (or requeue_stalled) "
+                "takes them back: message(s) %s%s",
+                shown, f" and {more} more (--json lists all)" if more > 0 else "",
+            )  # fmt: skip
+        return left
 
     def db(self, operation: Callable[[Backend], Any], patience: float | None = None) -> Any:
         """Run ``operation``; after a lost connection, reconnect and retry for a while:
