@@ -66,9 +66,10 @@ def serve(fd: int, drain: int, report: int, token: str) -> None:
         wait = None if math.isnan(lease) else max(lease - time.monotonic(), 0.0)
         if poller.poll(None if wait is None else math.ceil(wait * 1000)):
             chunk = os.read(fd, 4096)
-            if not chunk:  # the drain is gone: a handler it ran must not go on
-                if not math.isnan(lease):
-                    _kill_handlers(drain, token)
+            if not chunk:
+                # The drain is gone (or closed us at its end): what its handlers
+                # started goes with it, busy or idle, as on its every other end.
+                _kill_handlers(drain, token)
                 return
             pending += chunk
             whole = len(pending) - len(pending) % RECORD.size
