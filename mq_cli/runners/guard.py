@@ -14,8 +14,10 @@ This guard, a small process in a session of its own started with the drain's
 first batch, SIGKILLs every process of the drain's handlers (the Python
 worker, an ``exec:`` program, and everything they started, found by the mark
 in their environment: fence.py) the moment the lease runs out, and when the
-drain dies while one runs. It never looks for them by parent pid: a drain
-killed with -9 leaves orphans whose parent is init.
+drain ends or dies (EOF on its pipe), busy or idle: what a handler started
+never outlives its drain, however the drain ends (handlers.md: What a handler
+starts). It never looks for them by parent pid: a drain killed with -9 leaves
+orphans whose parent is init.
 
 The drain writes 8-byte ``>d`` records on the guard's stdin pipe: a lease as a
 ``time.monotonic()`` (one clock for every process of the host), or NaN when no
@@ -140,7 +142,7 @@ class Guard:
             self.armed = False
             if self._proc is None:
                 return
-            os.close(self._wfd)  # EOF: it exits (disarmed: killing nothing)
+            os.close(self._wfd)  # EOF: it sweeps what the handlers left running, and exits
             os.close(self._rfd)
             self._wfd = self._rfd = -1
             import subprocess  # the drain's side only, as below

@@ -180,16 +180,14 @@ class Worker:
         self.close_fds()
 
     def close(self) -> None:
-        """End it gently: EOF on its messages, and its loop ends and it exits; what it
-        started goes with it, as on every other way it ends (fence.py: the edge)."""
+        """End it gently: EOF on its messages, and its loop ends and it exits."""
         os.close(self.wfd)
         self.wfd = -1
         try:
             wait_exited(self.proc, CLOSE_GRACE, self.pidfd)
         except subprocess.TimeoutExpired:  # a handler left a non-daemon thread running
-            kill_group(self.proc.pid)
+            kill_handler(self.proc.pid, self.mark)
             self.proc.wait()
-        kill_handler(self.proc.pid, self.mark)
         self.close_fds()
 
     def close_fds(self) -> None:
