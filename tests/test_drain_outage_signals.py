@@ -158,3 +158,47 @@ def test_past_max_seconds_a_drain_records_held_results_for_a_bounded_time(proxie
     proxy.up()
     assert processing(db) == 3
     assert 0 in starts(log) and len(starts(log)) == len(set(starts(log))), ran(log)
+
+
+def test_processes_passes_a_second_signal_on_and_names_what_its_drains_left(
+    proxied, tmp_path: Path
+):
+    """`--processes`: each drain holds a batch when the database goes; the parent
+    passes both signals on, and its one summary lists what every drain left."""
+    db, proxy, url = proxied
+    log, err = tmp_path / "ran.jsonl", tmp_path / "parent.err"
+    (tmp_path / "mq.yaml").write_text(
+        "queues:\n  jobs: {handler: 'tests.jobs:alive', batch_size: 3, concurrency: 2}\n"
+    )
+    enqueue(db, "jobs", [{"k": k, "sleep": 1.5} for k in range(6)])
+    ids = sorted(ids_of(db).values())
+    with open(err, "wb") as errors:
+        parent = db.spawn(
+            "drain", "-q", "jobs", "--processes", "0", "--max-seconds", "120", "--json",
+            env=db.env(MQ_TEST_LOG=str(log), MQ_DATABASE_URL=url), stderr=errors,
+        )  # fmt: skip
+        try:
+            wait_for(lambda: len(starts(log)) == 2, 30, why=lambda: stderr_of(err))
+            proxy.down()
+            wait_for(
+                lambda: stderr_of(err).count("reconnecting") >= 2, 20, why=lambda: stderr_of(err)
+            )
+            parent.send_signal(signal.SIGTERM)
+            time.sleep(0.3)
+            parent.send_signal(signal.SIGTERM)
+            out, _ = parent.communicate(timeout=HANG)
+        finally:
+            parent.kill()
+            parent.communicate()
+    text = stderr_of(err)
+    assert parent.returncode == 3, text
+    report = json.loads(out)
+    adds_up(report)
+    assert (report["processes"], report["claimed"]) == (2, 6), report
+    assert report["for_gc"] == ids and report["ended"] == "signal", report
+    assert text.count("stopped at once by a second signal") == 2, text
+    assert text.count("got SIGTERM while the database is away") == 2, text
+    assert "Traceback" not in text
+    proxy.up()
+    assert processing(db) == 6
+    assert len(starts(log)) == len(set(starts(log))), ran(log)

@@ -149,19 +149,24 @@ class DrainSession:
         for forget in self.on_let_go:
             forget()
 
-    def leave_for_gc(self) -> list[int]:
+    def leave_for_gc(self, error: Exception | None = None) -> list[int]:
         """At the drain's end: what it leaves processing for gc, by id (--json's
-        for_gc), named on stderr."""
+        for_gc), named on stderr: at the end of the ``error`` that ends it, whose
+        last line says what becomes of them (cron mails the same lines, no more),
+        else on a line of its own."""
         self.let_go()  # what it still holds now stays so
         left = sorted(self.left)
         if left:
-            shown = ", ".join(map(str, left[:LEFT_SHOWN]))
             more = len(left) - LEFT_SHOWN
-            log.warning(
-                "left processing until `mq gc --stalled --requeue` (or requeue_stalled) "
-                "takes them back: message(s) %s%s",
-                shown, f" and {more} more (--json lists all)" if more > 0 else "",
-            )  # fmt: skip
+            ids = ", ".join(map(str, left[:LEFT_SHOWN]))
+            ids += f" and {more} more (--json lists all)" if more > 0 else ""
+            line = f"left processing until `mq gc --stalled --requeue` takes them back: message(s) {ids}"
+            if error is None:
+                log.warning("%s", line)
+            elif "gc --stalled" in str(error):  # its hint says so: the ids end it
+                error.args = (f"{error}: message(s) {ids}",)
+            else:
+                error.args = (f"{error}\n{line}",)
         return left
 
     def db(self, operation: Callable[[Backend], Any], patience: float | None = None) -> Any:
