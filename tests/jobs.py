@@ -119,3 +119,21 @@ def chatty(payload: dict) -> None:
     """Prints ``say`` with no newline at its end, then sleeps ``sleep`` seconds."""
     print(payload.get("say", ""), end="", flush=True)
     time.sleep(payload.get("sleep", 0))
+
+
+def helper(payload: dict) -> None:
+    """Starts a helper that leaves the handler's session (``setsid``-like: a tunnel,
+    a cache) and lives 300 s, logs its pid, then runs ``sleep`` seconds. ``keep``:
+    the helper is started as handlers.md says to keep one (MQ_FENCE cleared)."""
+    import subprocess
+
+    env = dict(os.environ)
+    if payload.get("keep"):
+        env.pop("MQ_FENCE", None)
+    proc = subprocess.Popen(
+        ["sleep", "300"], env=env, start_new_session=True,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    _log(payload, event="helper", helper=proc.pid)
+    time.sleep(float(payload.get("sleep", 0)))
+    _log(payload, event="end")

@@ -75,12 +75,15 @@ def drain(
     PostgreSQL) wakes it at once, its own retries start when their backoff
     ends, anything else within a second (its poll). SIGTERM/SIGINT: the running
     handler finishes (a second signal stops it), unstarted messages go back to
-    ready, exit 0.
+    ready, exit 0; a second signal while the database is away ends the drain at
+    once (exit 3), leaving what it held to `mq gc --stalled --requeue`.
     Silent on success (cron mails any output); failures go to stderr.
     A database that goes away is waited for up to the run's end (a plain
     cron drain: 30 s); exit 3 only if it is still away then. --json
     prints what ran on every exit, and why the run ended ("ended"); it adds
-    up: claimed = succeeded + failed + returned + unrecorded + left.
+    up: claimed = succeeded + failed + returned + unrecorded + left, and
+    "for_gc" lists the ids it left processing. Holding messages past
+    --max-seconds, it tries to record them for at most 5 s.
 
     \b
     --processes N starts N such drains of each queue at once, as N crontab

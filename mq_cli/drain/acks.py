@@ -64,7 +64,9 @@ class Acknowledger:
         session.on_let_go.append(self._forget_in_flight)
 
     def _forget_in_flight(self) -> None:
-        self._in_flight = None  # its DELETE may not have landed: it stays processing for gc
+        if self._in_flight is not None:  # its DELETE may not have landed: processing, for gc
+            self.session.left.add(self._in_flight[1].id)
+        self._in_flight = None
 
     def settle_after_failure(
         self,
@@ -87,6 +89,7 @@ class Acknowledger:
                 if outcome.started:
                     ran += 1
                     self.session.held.discard(batch[index].id)
+                    self.session.left.add(batch[index].id)
         except Exception as exc:  # noqa: BLE001 - the database error is what is reported
             log.debug("while stopping after a database error: %s", exc)
             self.session.held.clear()  # unknown: return nothing that might have started
@@ -117,6 +120,7 @@ class Acknowledger:
                 if outcome.started:
                     # It ran: it stays processing for gc, never given back as unstarted.
                     self.session.held.discard(message.id)
+                    self.session.left.add(message.id)
                     self.report.unrecorded += 1
                 raise SessionLost(self.session.session_lost_text("no proof of it"))
             self.runlog.outcome(message, outcome)
@@ -144,6 +148,7 @@ class Acknowledger:
                 try:
                     self._acknowledge(queue, message, outcome)
                 except DatabaseError:
+                    self.session.left.add(message.id)  # its result may not have landed
                     if self.report.succeeded + self.report.failed == counted:
                         # It ran, and failed before its own acknowledgement went out
                         # (the one before it in flight could not be read).
@@ -200,12 +205,16 @@ class Acknowledger:
         self._in_flight = None
         # Sent on a session that broke (while sending or since), the DELETE runs again
         # and matches nothing if the first landed: when it matched nothing, the row tells.
-        ours = self._ack(
-            lambda b: b.ack_success_collect(message, owner, queue.unique_retention),
-            lambda after: after is None or after.status == "done",
-            message,
-            maybe_landed=True,
-        )
+        try:
+            ours = self._ack(
+                lambda b: b.ack_success_collect(message, owner, queue.unique_retention),
+                lambda after: after is None or after.status == "done",
+                message,
+                maybe_landed=True,
+            )
+        except DatabaseError:
+            self.session.left.add(message.id)  # its DELETE may not have landed
+            raise
         if ours:
             log.info("queue %s: message %d done in %.3fs", queue.name, message.id, seconds)
         else:

@@ -98,21 +98,26 @@ def _total(outputs: Sequence[tuple[bytes, int]]) -> DrainReport:
     total = DrainReport()
     drained: set[str] = set()
     busy: set[str] = set()
-    # A child that printed no report: exit 3 (the database), or killed by a signal.
-    ended = {"database" if code == 3 else "signal" for _, code in outputs if code == 3 or code < 0}
-    for out, _ in outputs:
+    ended: set[str] = set()
+    for out, code in outputs:
         try:
             report = json.loads(out or b"{}")
         except ValueError:
-            continue  # a child that failed printed its error on stderr, not a report
+            report = None  # a child that failed printed its error on stderr, not a report
         if not isinstance(report, dict) or "claimed" not in report:
+            # No report: exit 3 (the database), or killed by a signal. A report says
+            # why itself (exit 3 of a second signal while away: "signal").
+            if code == 3 or code < 0:
+                ended.add("database" if code == 3 else "signal")
             continue
         for key in ("claimed", "succeeded", "failed", "returned", "unrecorded", "lost"):
             setattr(total, key, getattr(total, key) + int(report.get(key, 0)))
+        total.for_gc += [int(i) for i in report.get("for_gc", [])]
         total.seconds = max(total.seconds, float(report["seconds"]))
         drained.update(report["queues"])
         busy.update(report["busy"])
         ended.add(str(report.get("ended", "empty")))
+    total.for_gc.sort()
     total.queues = sorted(drained)
     total.busy = sorted(busy - drained)  # busy for every child: no slot was free at all
     total.ended = next((reason for reason in _ENDED if reason in ended), "empty")

@@ -75,17 +75,18 @@ class Drain:
             log.info("%s", exc)
             self.stop_reason = "signal"
         except MqError as exc:
-            self.report.ended = "database" if isinstance(exc, DatabaseError) else "error"
+            ended = getattr(exc, "ended", "database")  # StoppedWhileAway: "signal", exit 3
+            self.report.ended = ended if isinstance(exc, DatabaseError) else "error"
             exc.report = self.report
+            self.report.for_gc = self.session.leave_for_gc(exc)
             raise
         self.report.ended = self.stop_reason or "empty"
+        self.report.for_gc = self.session.leave_for_gc()
         return self.report
 
     def _run(self) -> None:
         started = time.monotonic()
-        previous = {
-            sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
-        }
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in signals.STOP_SIGNALS}
         early = signals.caught(previous.values())
         if early:
             log.warning("got %s while starting: stopping before claiming anything", early.name)
@@ -140,10 +141,11 @@ class Drain:
             self.runlog.end(sys.exc_info()[1], self.stop_reason or "empty")
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self.session.signals += 1
-        name = signal.Signals(signum).name
-        if self.session.signals == 1:
-            signals.say_stopping(name, self.session.in_hand, self.report.activity.running)
+        session, name = self.session, signal.Signals(signum).name
+        session.signals += 1
+        if session.signals == 1:
+            away = session.outage.since is not None and session.holding()
+            signals.say_stopping(name, session.in_hand, self.report.activity.running, away)
             if self.runner is not None:
                 self.runner.stop()
         elif self.runner is not None:

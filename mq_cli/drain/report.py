@@ -49,6 +49,10 @@ class DrainReport:
     #: ran, or was running when the drain stopped it (its fence, a database failure
     #: mid-batch), and no result was recorded: it stays processing for gc
     unrecorded: int = 0
+    #: the ids of messages this drain stopped holding without recording a result or
+    #: giving them back (the database away, its fence, a second signal): they may stay
+    #: processing until `mq gc --stalled --requeue` (or requeue_stalled) takes them back
+    for_gc: list[int] = field(default_factory=list)
     seconds: float = 0.0
     queues: list[str] = field(default_factory=list)  # queues worked on
     busy: list[str] = field(default_factory=list)  # queues whose slots were all taken
@@ -76,6 +80,7 @@ class DrainReport:
             "unrecorded": self.unrecorded,
             "left": self.left,
             "lost": self.lost,
+            "for_gc": self.for_gc,
             "seconds": round(self.seconds, 3),
             "queues": self.queues,
             "busy": self.busy,

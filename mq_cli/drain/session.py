@@ -44,11 +44,25 @@ RECONNECT_FAILOVER_FOR = 60.0
 # ... and a database that turned read-only (a failover demoted it): a new primary
 # answers a reconnect within seconds, or this is a standby and waiting is in vain.
 READ_ONLY_FOR = 3.5
+# Past its --max-seconds (or past a loss that came after it), a drain tries to record
+# what it holds for this long at most, not the whole reconnect window: the next cron
+# run of its line waits for its slot meanwhile (slots.py: take_over).
+RECORD_AFTER_END = 5.0
+LEFT_SHOWN = 20  # ids of messages left for gc named on stderr (--json has them all)
+# While it reconnects, a drain looks this often whether a second signal came.
+SIGNAL_LOOK_EVERY = 0.05
 
 
 class DatabaseAway(DatabaseError):
     """The database stayed away: for the reconnect window while the drain held
     messages (which stay processing for gc), or until its end while it held none."""
+
+
+class StoppedWhileAway(DatabaseAway):
+    """A second SIGTERM or SIGINT while the drain held messages and reconnected: it
+    stops at once (exit 3); what it held stays processing for gc."""
+
+    ended = "signal"  # the report's: what ended the run (loop.py)
 
 
 class TakenForDead(SessionLost):
@@ -83,6 +97,12 @@ class DrainSession:
         self.done: list[Message] = []  # succeeded, deletion deferred (group_ack)
         self._backend: Backend | None = None
         self._gave_up = False  # the database stayed away for a whole reconnect window
+        self._stopped = False  # a second signal while away: no statement is tried again
+        #: the error that gave up what it held: a cleanup that fails after it raises it
+        #: again, so that the drain's last word says why and what becomes of them
+        self._away: DatabaseError | None = None
+        #: ids this drain stopped holding unrecorded (report.py: for_gc)
+        self.left: set[int] = set()
         self._read_only_since: float | None = None  # time.monotonic() of the first refusal
         self.say = Throttled(log)  # reconnect lines: at most one a second
         # Liveness (liveness.py): "file" (SQLite's flock), "session" (a server lock
@@ -122,11 +142,32 @@ class DrainSession:
 
     def let_go(self) -> None:
         """Forget what it held: those messages stay processing for gc (see go_on_after)."""
+        self.left |= self.held | {m.id for m in self.done}
         self.held = set()
         self.done = []
         self.in_hand = False
         for forget in self.on_let_go:
             forget()
+
+    def leave_for_gc(self, error: Exception | None = None) -> list[int]:
+        """At the drain's end: what it leaves processing for gc, by id (--json's
+        for_gc), named on stderr: at the end of the ``error`` that ends it, whose
+        last line says what becomes of them (cron mails the same lines, no more),
+        else on a line of its own."""
+        self.let_go()  # what it still holds now stays so
+        left = sorted(self.left)
+        if left:
+            more = len(left) - LEFT_SHOWN
+            ids = ", ".join(map(str, left[:LEFT_SHOWN]))
+            ids += f" and {more} more (--json lists all)" if more > 0 else ""
+            line = f"left processing until `mq gc --stalled --requeue` takes them back: message(s) {ids}"
+            if error is None:
+                log.warning("%s", line)
+            elif "gc --stalled" in str(error):  # its hint says so: the ids end it
+                error.args = (f"{error}: message(s) {ids}",)
+            else:
+                error.args = (f"{error}\n{line}",)
+        return left
 
     def db(self, operation: Callable[[Backend], Any], patience: float | None = None) -> Any:
         """Run ``operation``; after a lost connection, reconnect and retry for a while:
@@ -144,6 +185,11 @@ class DrainSession:
             patience = 0.0  # already waited once: the cleanup on the way out tries only once
         lost_at = time.monotonic()
         give_up = lost_at + patience
+        # Past its end, what it holds is given up RECORD_AFTER_END after the later of its
+        # end and this loss (at most: the reconnect window may end first).
+        ends = None if self.deadline is None else max(self.deadline, lost_at) + RECORD_AFTER_END
+        if self._stopped and self._away is not None:
+            raise self._away
         pause = 0.2
         tries = 0
         while True:
@@ -173,11 +219,28 @@ class DrainSession:
                     give_up = min(give_up, since + READ_ONLY_FOR)
                 if rides and not read_only and not self.holding():
                     self._wait_for_database(exc)
+                elif self._away is not None and patience == 0.0:
+                    raise self._away from exc  # the cleanup's one try, after giving up
                 else:
-                    if time.monotonic() >= give_up:
+                    if self.signals > 1 and self.holding():
+                        # Asked twice to stop: what it holds is left for gc now.
+                        self._stopped = self._gave_up = True
+                        self._away = self._given_up(exc, "stopped at once by a second signal")
+                        raise self._away from exc
+                    limit, why = give_up, ""
+                    if ends is not None and ends < give_up and self.holding():
+                        after = "its --max-seconds ended"
+                        if self.deadline is not None and lost_at > self.deadline:
+                            after = "the loss (its --max-seconds had ended)"
+                        limit = ends
+                        why = f"gave up recording what it held {RECORD_AFTER_END:g} s after {after}"
+                    if time.monotonic() >= limit:
                         # What it holds is given up; the cleanup on the way out tries once.
                         self._gave_up = self._gave_up or self.holding() or read_only
-                        raise self._given_up(exc) from exc
+                        away = self._given_up(exc, why)
+                        if self.holding():
+                            self._away = self._away or away
+                        raise away from exc
                     tries += 1
                     # Once per outage on stderr (and at most once a second); each further
                     # try at -v (a failover may take a minute).
@@ -189,9 +252,9 @@ class DrainSession:
                     if self.live == "session" and self.holding() and since < liveness.FENCE:
                         # Its lock is free until it reconnects: gc takes a drain whose
                         # lock stays free for liveness.SUSPECT as dead. Try often.
-                        time.sleep(random.uniform(0.05, 0.15))
+                        self._nap(random.uniform(0.05, 0.15), limit)
                     else:
-                        time.sleep(pause + random.uniform(0, pause))
+                        self._nap(pause + random.uniform(0, pause), limit)
                         # A new primary may answer any moment: look at least twice a second.
                         pause = min(pause * 2, 0.5 if read_only else 2.0)
                 try:
@@ -202,6 +265,13 @@ class DrainSession:
                     else:
                         log.info("reconnect failed: %s", again)
                     continue
+
+    def _nap(self, seconds: float, limit: float) -> None:
+        """Sleep between reconnects, up to ``limit`` (when it gives up) at most; cut
+        short by a second signal (a handler that returns lets time.sleep go on: PEP 475)."""
+        end = min(time.monotonic() + seconds, limit)
+        while self.signals < 2 and (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, SIGNAL_LOOK_EVERY))
 
     def _wait_for_database(self, exc: DatabaseError) -> None:
         """Holding nothing, wait for the database up to the drain's end (outage.py):
@@ -216,14 +286,19 @@ class DrainSession:
         self.outage.announce(self.where, exc)
         time.sleep(self.outage.pause())
 
-    def _given_up(self, exc: ConnectionLost | Unreachable) -> DatabaseError:
-        """The error that ends the reconnect window: saying what becomes of what it held."""
+    def _given_up(self, exc: ConnectionLost | Unreachable, why: str = "") -> DatabaseError:
+        """The error that ends the reconnect window (``why`` it ended early, if it did):
+        saying what becomes of what it held."""
         text = str(exc)
+        if why:
+            text = f"{self.where}{why}: the database is away ({text})"
         if self.holding():
             text += (
                 "\nheld message(s) stay processing and show as stalled after stalled_after; "
                 "`mq gc --stalled --requeue` recovers them"
             )
+        if why.startswith("stopped"):
+            return StoppedWhileAway(text)
         if isinstance(exc, ReadOnly):
             return DatabaseError(text)  # a standby does not become a primary by waiting
         return DatabaseAway(text)
@@ -268,7 +343,7 @@ class DrainSession:
             return False
         log.warning("%s%s; going on with new claims", self.where, "; ".join(str(exc).splitlines()))
         self.let_go()
-        self._gave_up = False
+        self._gave_up, self._away = False, None
         self._rename()
         if self.watchdog is not None:
             self.watchdog.fired = False

@@ -24,8 +24,16 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 log = logging.getLogger("mq")
 
 
-def say_stopping(name: str, handler_running: bool, message: int | None) -> None:
-    """What a drain's first stop signal does, said truly."""
+def say_stopping(name: str, handler_running: bool, message: int | None, away: bool = False) -> None:
+    """What a drain's first stop signal does, said truly (``away``: the database is,
+    and the drain holds messages: it can give nothing back until it returns)."""
+    if away:
+        log.warning(
+            "got %s while the database is away: what this drain holds is recorded or "
+            "returned if it comes back soon, else left for gc (a second signal leaves it now)",
+            name,
+        )
+        return
     if not handler_running:
         # Waiting, claiming, starting: nothing to finish. Stopping as asked is
         # no news for cron's mail (`timeout` under cron sends this every run).

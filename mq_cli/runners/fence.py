@@ -11,7 +11,8 @@ What survives both is the environment. Every handler is started with
 starts inherits. A handler's processes are those whose environment carries its
 mark, and whatever shares a session with one of them (a program that cleared
 its environment but stayed in the session). A process that both leaves its
-session and clears its environment is not found: only a cgroup could.
+session and clears its environment is not found: only a cgroup could. That
+is the edge handlers.md documents: such a process is the handler's to keep.
 
 Standard library only: the guard (guard.py), run as a script, imports it.
 """

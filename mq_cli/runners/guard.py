@@ -14,8 +14,10 @@ This guard, a small process in a session of its own started with the drain's
 first batch, SIGKILLs every process of the drain's handlers (the Python
 worker, an ``exec:`` program, and everything they started, found by the mark
 in their environment: fence.py) the moment the lease runs out, and when the
-drain dies while one runs. It never looks for them by parent pid: a drain
-killed with -9 leaves orphans whose parent is init.
+drain ends or dies (EOF on its pipe), busy or idle: what a handler started
+never outlives its drain, however the drain ends (handlers.md: What a handler
+starts). It never looks for them by parent pid: a drain killed with -9 leaves
+orphans whose parent is init.
 
 The drain writes 8-byte ``>d`` records on the guard's stdin pipe: a lease as a
 ``time.monotonic()`` (one clock for every process of the host), or NaN when no
@@ -66,9 +68,10 @@ def serve(fd: int, drain: int, report: int, token: str) -> None:
         wait = None if math.isnan(lease) else max(lease - time.monotonic(), 0.0)
         if poller.poll(None if wait is None else math.ceil(wait * 1000)):
             chunk = os.read(fd, 4096)
-            if not chunk:  # the drain is gone: a handler it ran must not go on
-                if not math.isnan(lease):
-                    _kill_handlers(drain, token)
+            if not chunk:
+                # The drain is gone (or closed us at its end): what its handlers
+                # started goes with it, busy or idle, as on its every other end.
+                _kill_handlers(drain, token)
                 return
             pending += chunk
             whole = len(pending) - len(pending) % RECORD.size
@@ -139,7 +142,7 @@ class Guard:
             self.armed = False
             if self._proc is None:
                 return
-            os.close(self._wfd)  # EOF: it exits (disarmed: killing nothing)
+            os.close(self._wfd)  # EOF: it sweeps what the handlers left running, and exits
             os.close(self._rfd)
             self._wfd = self._rfd = -1
             import subprocess  # the drain's side only, as below
