@@ -39,7 +39,7 @@ class QueueConfig:
     timeout: float = 600.0
     batch_size: int = 10
     concurrency: int = 1
-    max_drains: int | None = None  # drains of the queue at once across every host (fleet.py)
+    max_drains: int | None = None  # drains of the queue at once across every host (host/fleet.py)
     rate_limit: float | None = None  # handler starts per second across every host (ratelimit.py)
     unique_retention: float = 0.0
     requeue_stalled: bool = False  # `mq drain` requeues the queue's stalled messages first

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from mq_cli.backends import dialects
 from mq_cli.core.errors import MqError
-from mq_cli.drain import slots
+from mq_cli.host import slots
 
 if TYPE_CHECKING:
     from mq_cli.backends.base import Backend
