@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mq_cli.core import dburl
@@ -212,8 +212,3 @@ def load_config(config_path: str | None = None, database_url: str | None = None)
         web=data.get("web"),
         where=doc.where,
     )
-
-
-def queue_setting_names() -> list[str]:
-    """The keys a queue (or `defaults:`) accepts, for docs and their test."""
-    return [f.name for f in fields(QueueConfig) if f.name != "name"]

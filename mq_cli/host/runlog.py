@@ -31,8 +31,6 @@ COUNTS_SECONDS = 2.0
 RUNNING_AFTER = 1.0
 #: `mq status`: a run not ended and not seen for this long is no longer live
 LIVE_WITHIN = 90.0
-#: the default of the `run_log_retention` config key
-DEFAULT_RETENTION = 7 * 86400.0
 
 
 def denied_text(privilege: str, tables: Sequence[str]) -> str:

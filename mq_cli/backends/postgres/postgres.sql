@@ -771,7 +771,7 @@ WHERE status IN ('ready', 'delayed') AND created_at > pg_catalog.now()
 -- name: meta_notes
 -- What a drain reads as it starts. Paused queues (`mq pause`): 'paused:QUEUE',
 -- or 'paused#HASH' for a long name, the value "since|QUEUE"; queues no drain
--- could start (mq_cli/startfail.py): 'nostart:QUEUE' or 'nostart#HASH', the
+-- could start (mq_cli/drain/startfail.py): 'nostart:QUEUE' or 'nostart#HASH', the
 -- value "since|QUEUE|error".
 SELECT name, value FROM "{table}_meta"
 WHERE pg_catalog."left"(name, 7) IN ('paused:', 'paused#', 'nostart')
