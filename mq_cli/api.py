@@ -21,7 +21,7 @@ from mq_cli.core.config import (
 )
 from mq_cli.core.errors import ConfigError
 from mq_cli.core.models import STATES, ByIdResult, GcReport, Listing, Message, QueueStats
-from mq_cli.drain import slots
+from mq_cli.host import slots
 from mq_cli.ops import produce
 
 if TYPE_CHECKING:  # imported where used: a producer's start does not pay for the drain's
@@ -171,7 +171,7 @@ class MQ:
         """Counts of every configured queue and any other holding messages (see counts.py)."""
         if queue is not None:
             validate_queue_name(queue)
-        from mq_cli.drain import clock
+        from mq_cli.host import clock
 
         reader = self._reader
         state = clock.read(reader)
@@ -208,7 +208,7 @@ class MQ:
     def run_log_figures(self) -> tuple[dict[str, tuple[int, int]], dict[str, Throughput]]:
         """({queue: (done, failed)} over the retained run log, {queue: the last hour});
         raises when this user cannot read the run log (missing tables, no SELECT)."""
-        from mq_cli.drain.runlog import problem
+        from mq_cli.host.runlog import problem
         from mq_cli.ops.status import hour_by_queue
 
         reader = self._reader

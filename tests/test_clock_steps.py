@@ -131,7 +131,7 @@ def test_mariadb_server_clock_step_is_seen_through_the_session(mysql_db):
     from mq_cli.backends import open_backend
     from mq_cli.backends.mysql.dialect import MysqlBackend
     from mq_cli.core.dburl import parse_database_url
-    from mq_cli.drain import clock
+    from mq_cli.host import clock
 
     assert mysql_db.run("init").exit_code == 0
     backend = open_backend(parse_database_url(mysql_db.url), "mq_messages")

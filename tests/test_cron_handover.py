@@ -1,4 +1,4 @@
-"""Cron's next run of a line takes over from the run that is ending (drain/slots.py:
+"""Cron's next run of a line takes over from the run that is ending (host/slots.py:
 take_over): `--max-seconds 60` every minute leaves no part of the minute without a
 drain, and a run whose slot's holder is far from its end still exits at once."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mq_cli.drain import slots
+from mq_cli.host import slots
 
 HANG = 600  # seconds: only a hang reaches this
 

@@ -388,7 +388,7 @@ def test_drain_from_a_bare_cron_environment(db, log, tmp_path):
     assert [r["payload"] for r in ran(log)] == ["a", "b"]
     locks = tmp_path / ".local" / "state" / "mq" / "locks"
     # The database's directory, with the queue's slot and the note naming the
-    # database (slots.py), and on SQLite the directory of the drains' own lock files
+    # database (host/slots.py), and on SQLite the directory of the drains' own lock files
     # (liveness.py): the drain took its file away as it ended.
     (mine,) = [p for p in locks.iterdir() if p.name.startswith("db-")]
     expected = [mine.name, "drains"] if db.kind == "sqlite" else [mine.name]

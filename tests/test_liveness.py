@@ -13,8 +13,8 @@ import pytest
 
 from mq_cli.backends.liveness import FENCE, GRACE
 from mq_cli.core.dburl import parse_database_url
-from mq_cli.drain.runlog import LIVE_WITHIN
 from mq_cli.drain.session import RECONNECT_FOR
+from mq_cli.host.runlog import LIVE_WITHIN
 from tests.proxy import Proxy
 
 LOG = "runs.jsonl"

@@ -149,7 +149,7 @@ def test_a_bad_path_and_a_bad_id_are_mq_lines(db: Db, tmp_path: Path):
 def test_a_live_runs_counts_are_written_between_its_slices(db: Db):
     """CLAIMED/DONE of a live drain in `mq status` come with the run's own counts
     (runlog.COUNTS_SECONDS), not only with its 20 s slice."""
-    from mq_cli.drain import runlog
+    from mq_cli.host import runlog
 
     config = _config(db, "exec:cat")
     drain = db.spawn("-c", str(config), "drain", "-q", "q", "--wait", "--max-seconds", "300")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from mq_cli.core.dburl import parse_database_url
-from mq_cli.drain.runlog import denied_text
+from mq_cli.host.runlog import denied_text
 from tests.conftest import Db, _pg_connect
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "databases" / "privileges.md"

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from mq_cli.core.version import SCHEMA_VERSION
-from mq_cli.drain.runlog import Histogram
+from mq_cli.host.runlog import Histogram
 
 HANDLER = "tests.handlers:sleeps"
 

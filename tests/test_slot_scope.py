@@ -21,7 +21,7 @@ import pytest
 
 from mq_cli.core.config import load_config
 from mq_cli.core.identity import database_id
-from mq_cli.drain import slots, wakeup
+from mq_cli.host import slots, wakeup
 from tests.conftest import Db, _init, _mysql_database, _pg_database
 
 #: A's message holds its drain (and so its slots) until the test creates a file
@@ -223,7 +223,7 @@ def test_the_identity_is_the_database_and_table_never_the_credentials(tmp_path, 
 
 def test_fleet_lock_names_fit_mariadb_and_carry_the_database():
     from mq_cli.backends.liveness import lock_name
-    from mq_cli.drain.fleet import slot_token
+    from mq_cli.host.fleet import slot_token
 
     names = {lock_name(slot_token(scope, "q" * 64, 999)) for scope in ("a/t", "b/t", "t")}
     assert len(names) == 3 and all(len(name) <= 64 for name in names)

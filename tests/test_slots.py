@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from mq_cli.core.errors import ConfigError
-from mq_cli.drain.slots import acquire, ensure_lock_dir, inspect_lock_dir
+from mq_cli.host.slots import acquire, ensure_lock_dir, inspect_lock_dir
 
 HOLDER = textwrap.dedent(
     """
     import sys, time
-    from mq_cli.drain.slots import acquire
+    from mq_cli.host.slots import acquire
     slot = acquire(sys.argv[1], sys.argv[2], int(sys.argv[3]))
     print(slot.number if slot else "none", flush=True)
     time.sleep(60)
@@ -87,7 +87,7 @@ def test_release_frees_the_slot_and_clears_the_pid(lock_dir):
     first.release()
     first.release()  # twice is harmless
     assert Path(first.path).read_text() == ""
-    assert Path(first.path).exists()  # never deleted: see slots.py
+    assert Path(first.path).exists()  # never deleted: see mq_cli/host/slots.py
     again = acquire(lock_dir, "q", 1)
     assert again is not None
     again.release()

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from mq_cli.drain import waiting, wakeup
+from mq_cli.drain import waiting
+from mq_cli.host import wakeup
 
 #: a deadline that only a hang (here: a wake-up that never came) reaches
 HANG = 60.0

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 import mq_cli.backends  # noqa: E402 - also registers the dialects load_config reads
 from mq_cli.core.config import load_config  # noqa: E402
-from mq_cli.drain.slots import open_database_dir  # noqa: E402
+from mq_cli.host.slots import open_database_dir  # noqa: E402
 
 HANDLER = """
 import json, os, time
@@ -63,7 +63,7 @@ def measure(url: str, work: Path, mode: str, count: int, gap: tuple[float, float
         f"queues:\n  lat: {{handler: 'mqlat:run', notify: {notify}}}\n"
     )
     if mode in ("poll", "listen"):
-        # A file where the database's FIFOs go (mq_cli/drain/wakeup.py): none can be made.
+        # A file where the database's FIFOs go (mq_cli/host/wakeup.py): none can be made.
         Path(open_database_dir(load_config(str(config))), "wake").write_text("")
     log = work / f"lat-{mode}.jsonl"
     env = dict(

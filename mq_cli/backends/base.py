@@ -239,7 +239,7 @@ class Backend(ABC):
     probe_write = by("schema", parts.SchemaPart.probe_write)
     schema_version = by("schema", parts.SchemaPart.schema_version)
 
-    #: the meta table: the clock record (mq_cli/drain/clock.py decides what it means) and the
+    #: the meta table: the clock record (mq_cli/host/clock.py decides what it means) and the
     #: pauses:
     @property
     @abstractmethod
@@ -287,7 +287,7 @@ class Backend(ABC):
     search_window = by("operate", parts.OperatePart.search_window)
     search_error = by("operate", parts.OperatePart.search_error)
 
-    #: the fleet limits' tables (mq_cli/drain/fleet.py, ratelimit.py):
+    #: the fleet limits' tables (mq_cli/host/fleet.py, ratelimit.py):
     @property
     @abstractmethod
     def limits(self) -> parts.LimitsPart: ...
@@ -325,7 +325,7 @@ class Backend(ABC):
     def listen(self, queue: str) -> int | None:
         """Be told of enqueues on ``queue`` from any host (PostgreSQL: LISTEN): the
         file descriptor that turns readable then, or None where there is no such
-        thing (the FIFOs of wakeup.py serve one host only)."""
+        thing (the FIFOs of host/wakeup.py serve one host only)."""
         return None
 
     def listen_fd(self) -> int | None:

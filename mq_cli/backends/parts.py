@@ -6,7 +6,7 @@ fleet limits' tables and the run log. The Protocols below are those parts'
 interfaces (where each method is documented); ``base.Backend`` declares its parts
 and forwards each method with :func:`by` (a plain method that hands the call on),
 so callers keep calling ``backend.run_start(...)``. An SQL dialect's parts are the shared ``Sql*`` classes
-(sqlschema.py, sqlmeta.py, sqlops.py, sqllimits.py, sqlrunlog.py), each built on
+(sqlschema.py, meta.py, sqlops.py, sqllimits.py, sqlrunlog.py), each built on
 the dialect's narrow executor (plumbing.py).
 """
 

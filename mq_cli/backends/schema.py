@@ -32,7 +32,7 @@ Schema versions:
   reads, and why each run ended (``end_reason``).
 
 The fleet limits' tables ``{table}_slots`` and ``{table}_rates`` (max_drains
-without session locks, rate_limit: mq_cli/fleet.py, mq_cli/ratelimit.py) came
+without session locks, rate_limit: mq_cli/host/fleet.py, mq_cli/drain/ratelimit.py) came
 without a version of their own: like the run log's, `mq init` makes or restores
 them on a table of any version; a drain of a rate-limited queue refuses to run
 without them.

@@ -1,5 +1,5 @@
 """The fleet limits' statements for every SQL backend: max_drains' slot rows and
-rate_limit's token buckets (mq_cli/fleet.py and mq_cli/ratelimit.py decide what
+rate_limit's token buckets (mq_cli/host/fleet.py and mq_cli/drain/ratelimit.py decide what
 they mean).
 
 A part of every SQL backend (parts.LimitsPart), like sqlrunlog.py. The

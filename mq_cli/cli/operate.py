@@ -1,6 +1,6 @@
 """The operators' commands: `mq gc`, `list`, `show`, `retry`, `delete`, `purge`.
 
-Part of the CLI (cli.py imports this module last, which registers them on the
+Part of the CLI (main.py imports this module last, which registers them on the
 `mq` group). As there: parse flags, make one call into the API, render the
 result (render.py), map the outcome to an exit code.
 """

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mq_cli.core import dburl
@@ -39,7 +39,7 @@ class QueueConfig:
     timeout: float = 600.0
     batch_size: int = 10
     concurrency: int = 1
-    max_drains: int | None = None  # drains of the queue at once across every host (fleet.py)
+    max_drains: int | None = None  # drains of the queue at once across every host (host/fleet.py)
     rate_limit: float | None = None  # handler starts per second across every host (ratelimit.py)
     unique_retention: float = 0.0
     requeue_stalled: bool = False  # `mq drain` requeues the queue's stalled messages first
@@ -212,8 +212,3 @@ def load_config(config_path: str | None = None, database_url: str | None = None)
         web=data.get("web"),
         where=doc.where,
     )
-
-
-def queue_setting_names() -> list[str]:
-    """The keys a queue (or `defaults:`) accepts, for docs and their test."""
-    return [f.name for f in fields(QueueConfig) if f.name != "name"]

@@ -6,7 +6,7 @@ outside any database. Named by the queue alone, two configs of one user on one
 host (staging and production, two applications) with a queue of the same name
 would share them: one's drain would find the other's slots busy, and one's
 enqueue would wake the other's drains. So their names carry this identity
-(drain/slots.py, drain/wakeup.py). Names a database server holds for all its
+(host/slots.py, host/wakeup.py). Names a database server holds for all its
 databases (MariaDB's ``GET_LOCK``) carry the database's name instead, as the
 server knows it: the backend's ``lock_scope``.
 """

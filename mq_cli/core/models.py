@@ -150,21 +150,6 @@ class QueueStats:
         return found
 
 
-@dataclass
-class EnqueueResult:
-    """What one enqueue call stored: ids in input order, None where a unique key skipped it."""
-
-    ids: list[int | None] = field(default_factory=list)
-
-    @property
-    def stored(self) -> int:
-        return sum(1 for i in self.ids if i is not None)
-
-    @property
-    def skipped(self) -> int:
-        return sum(1 for i in self.ids if i is None)
-
-
 @dataclass(frozen=True)
 class ListedMessage:
     """One message of a :class:`Listing`, as `mq list --json` prints it."""

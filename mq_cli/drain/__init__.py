@@ -1,1 +1,2 @@
-"""The drain: the loop, acknowledgements, slots, wake-up, liveness, limits, the run log."""
+"""The drain: the loop, its session and lease, claims, batches, acknowledgements, waiting,
+limits, the run log's writer (mq_cli/host/ holds what it shares with the operators' commands)."""

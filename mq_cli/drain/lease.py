@@ -16,8 +16,9 @@ from mq_cli.backends import liveness
 from mq_cli.core.config import Config, QueueConfig
 from mq_cli.core.durations import format_duration
 from mq_cli.core.errors import DatabaseError, SessionLost
-from mq_cli.drain import clock, watchdog
+from mq_cli.drain import watchdog
 from mq_cli.drain.session import DrainSession, TakenForDead
+from mq_cli.host import clock
 from mq_cli.runners import guard
 from mq_cli.runners.runner import Runner
 

@@ -23,7 +23,7 @@ from types import FrameType
 from mq_cli.backends.base import Backend
 from mq_cli.core.config import Config, QueueConfig
 from mq_cli.core.errors import DatabaseError, MqError, SessionLost
-from mq_cli.drain import signals, slots, startfail, waiting
+from mq_cli.drain import signals, startfail, waiting
 from mq_cli.drain.acks import Acknowledger
 from mq_cli.drain.claimer import Claimer
 from mq_cli.drain.launcher import Launcher
@@ -33,6 +33,7 @@ from mq_cli.drain.requests import Requests
 from mq_cli.drain.runlog import RunLog
 from mq_cli.drain.running import BatchRunner
 from mq_cli.drain.session import DatabaseAway, DrainSession, WaitInterrupted
+from mq_cli.host import slots
 from mq_cli.runners.runner import Runner
 
 log = logging.getLogger("mq")
@@ -98,8 +99,7 @@ class Drain:
                 self.launcher.launch(*plan[0])  # its child's Python starts while we connect
             if self.options.max_seconds:
                 self.session.deadline = started + self.options.max_seconds
-            # This database's and table's slots: never another config's (slots.py).
-            slot_dir = slots.open_database_dir(self.config)
+            slot_dir = slots.open_database_dir(self.config)  # this database and table's only
             paused, stuck = self.session.db(lambda b: b.drain_notes())
             if stuck.keys() & set(self.runlog.queues):  # these can start again: no note
                 startfail.clear(self.session.db, stuck.keys() & set(self.runlog.queues))

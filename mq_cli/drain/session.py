@@ -29,9 +29,10 @@ from mq_cli.core.errors import (
     Unreachable,
 )
 from mq_cli.core.models import Message
-from mq_cli.drain import fleet, outage, watchdog
+from mq_cli.drain import outage, watchdog
 from mq_cli.drain.ratelog import Throttled
 from mq_cli.drain.report import DrainOptions
+from mq_cli.host import fleet
 
 log = logging.getLogger("mq")
 

@@ -6,7 +6,7 @@ handler in the config, a bad ``--handler``) exits 2 before it claims anything,
 and cron mails that to one host's owner at best. So, when the database is
 reachable, it also leaves a note in the meta table: the queue, since when no
 drain could start it, and the last error. `mq status` shows it until a drain
-of the queue starts (drain.py removes the note then, from what it reads as it
+of the queue starts (loop.py removes the note then, from what it reads as it
 starts anyway: no query more for a healthy drain).
 """
 

@@ -1,6 +1,6 @@
 """A waiting drain (--wait) between batches: how long it waits (short at first,
 growing to a second; a retry it recorded starts when its backoff ends), the FIFO
-an enqueue on this host wakes it by (wakeup.py), and a requeue_stalled queue's
+an enqueue on this host wakes it by (host/wakeup.py), and a requeue_stalled queue's
 look for dead drains' messages.
 
 One part of the drain (loop.py composes them).
@@ -17,11 +17,11 @@ from collections.abc import Callable
 from mq_cli.core.config import Config, QueueConfig
 from mq_cli.core.durations import format_duration
 from mq_cli.core.errors import MqError
-from mq_cli.drain import clock, slots, wakeup
 from mq_cli.drain.acks import Acknowledger
-from mq_cli.drain.recovery import requeue_stalled
 from mq_cli.drain.report import DrainOptions, DrainReport
 from mq_cli.drain.session import DrainSession
+from mq_cli.host import clock, slots, wakeup
+from mq_cli.host.recovery import requeue_stalled
 
 log = logging.getLogger("mq")
 

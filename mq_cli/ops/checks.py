@@ -184,11 +184,11 @@ def _web_secrets(path: str, web: object) -> Check | None:
 
 
 def _lock_dir(config: Config) -> Check:
-    """The lock_dir and this database's directory in it (drain/slots.py): usable, or
+    """The lock_dir and this database's directory in it (host/slots.py): usable, or
     creatable by the first drain; looked at, never created (`mq check` changes
     nothing: run as root or another user, it would make a directory that the
     drains' user then cannot use)."""
-    from mq_cli.drain.slots import database_dir, inspect_lock_dir
+    from mq_cli.host.slots import database_dir, inspect_lock_dir
 
     path = config.lock_dir
     mine = database_dir(config)
@@ -231,7 +231,7 @@ def _schema(backend: Backend, table: str) -> Check:
 def _run_log(backend: Backend, retention: float) -> Check:
     """The run log's tables (`mq status`): without them drains work but record nothing."""
     from mq_cli.core.durations import format_duration
-    from mq_cli.drain.runlog import denied_text
+    from mq_cli.host.runlog import denied_text
 
     try:
         access = backend.runlog_access()

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from mq_cli.core.errors import ConfigError
 from mq_cli.core.models import Run
-from mq_cli.drain import runlog
-from mq_cli.drain.runlog import LIVE_WITHIN
+from mq_cli.host import runlog
+from mq_cli.host.runlog import LIVE_WITHIN
 from mq_cli.ops.status import iso
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mq_cli.core.keys import format_rate
-from mq_cli.drain import fleet
+from mq_cli.host import fleet
 
 if TYPE_CHECKING:
     from mq_cli.backends.base import Backend

@@ -32,8 +32,8 @@ from mq_cli.core.models import (
     Message,
     message_state,
 )
-from mq_cli.drain import clock
-from mq_cli.drain.recovery import (
+from mq_cli.host import clock
+from mq_cli.host.recovery import (
     act_as_found,
     call_back,
     change,
@@ -239,7 +239,7 @@ def activities(
     its drain's batch, as the run log tells: a message shows as running once it
     has run for a second (runlog.RUNNING_AFTER); until then, and where the run log
     is missing, it is neither."""
-    from mq_cli.drain.runlog import LIVE_WITHIN
+    from mq_cli.host.runlog import LIVE_WITHIN
 
     if not messages:
         return {}

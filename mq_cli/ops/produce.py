@@ -11,7 +11,7 @@ from mq_cli.core import payloads
 from mq_cli.core.config import QueueConfig
 from mq_cli.core.durations import format_duration, parse_duration
 from mq_cli.core.errors import CommitUnknown, ConfigError, InputRejected, MqError, PayloadTooLarge
-from mq_cli.drain import wakeup
+from mq_cli.host import wakeup
 
 # A batch is committed when it holds this many messages or this many bytes.
 BATCH_MESSAGES = 1000

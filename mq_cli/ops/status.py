@@ -12,8 +12,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mq_cli.core.models import QueueStats, Run, Slice
-from mq_cli.drain import runlog
-from mq_cli.drain.runlog import LIVE_WITHIN, Histogram
+from mq_cli.host import runlog
+from mq_cli.host.runlog import LIVE_WITHIN, Histogram
 from mq_cli.ops.limits import QueueLimits
 
 if TYPE_CHECKING:

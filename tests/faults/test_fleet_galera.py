@@ -1,7 +1,7 @@
 """max_drains and rate_limit on a real 3-node Galera cluster (tests/servers.py).
 
 GET_LOCK is local to a node, so a Galera fleet holds its slots as rows with a
-heartbeat (mq_cli/fleet.py): a killed drain's slot frees after stalled_after.
+heartbeat (mq_cli/host/fleet.py): a killed drain's slot frees after stalled_after.
 One cluster for the module: it takes a while to start.
 """
 

@@ -24,7 +24,7 @@ from mq_cli.core.config import load_config, validate_queue_name, validate_table_
 from mq_cli.core.durations import format_duration, parse_duration
 from mq_cli.core.errors import ConfigError, PayloadTooLarge
 from mq_cli.core.keys import QUEUE_KEYS
-from mq_cli.drain.slots import acquire
+from mq_cli.host.slots import acquire
 from tests.faults.history import read
 
 pytestmark = pytest.mark.slow

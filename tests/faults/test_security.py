@@ -29,7 +29,7 @@ import mq_cli
 from mq_cli.core.dburl import parse_database_url
 from mq_cli.core.errors import ConfigError
 from mq_cli.core.identity import database_id
-from mq_cli.drain.slots import acquire, ensure_lock_dir
+from mq_cli.host.slots import acquire, ensure_lock_dir
 from tests.faults.harness import wait_for
 from tests.faults.history import read
 from tests.proxy import Proxy
@@ -261,7 +261,7 @@ def test_drain_refuses_a_lock_dir_of_another_user_before_claiming(db, tmp_path):
 
 def test_drain_refuses_a_symlinked_lock_file_before_claiming(db, tmp_path):
     locks = tmp_path / "locks"
-    # The slot files are in the database's own directory of the lock_dir (slots.py).
+    # The slot files are in the database's own directory of the lock_dir (host/slots.py).
     mine = locks / ("db-" + database_id(parse_database_url(db.url), "mq_messages"))
     ensure_lock_dir(str(mine))
     victim = tmp_path / "victim"

@@ -4,7 +4,7 @@ pid alone, Ctrl-Z at a terminal): the handler must not run on alone.
 The stopped drain can neither heartbeat nor fence, so gc rightly requeues what
 it held after stalled_after and another drain runs it. The first run must be
 over by then: the handler stops within FENCE seconds of its drain's last sign
-of life (mq_cli/guard.py), and after SIGCONT the stopped drain records nothing
+of life (mq_cli/runners/guard.py), and after SIGCONT the stopped drain records nothing
 it no longer holds.
 """
 

@@ -612,7 +612,7 @@ ALTER TABLE `{table}` ADD UNIQUE KEY `{table}_unique` (unique_slot)
 INSERT INTO `{table}` (queue, available_at, created_at, payload)
 VALUES ('mq check probe', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), '')
 
--- Clock steps (mq_cli/drain/clock.py): each drain start, heartbeat and gc records
+-- Clock steps (mq_cli/host/clock.py): each drain start, heartbeat and gc records
 -- the database's now per host; a jump between two of them that the host's
 -- boot clock did not see is a step, and stalled detection waits it out.
 
@@ -643,7 +643,7 @@ WHERE status IN ('ready', 'delayed') AND created_at > UTC_TIMESTAMP(6)
 -- name: meta_notes
 -- What a drain reads as it starts. Paused queues (`mq pause`): 'paused:QUEUE',
 -- or 'paused#HASH' for a long name, the value "since|QUEUE"; queues no drain
--- could start (mq_cli/startfail.py): 'nostart:QUEUE' or 'nostart#HASH', the
+-- could start (mq_cli/drain/startfail.py): 'nostart:QUEUE' or 'nostart#HASH', the
 -- value "since|QUEUE|error".
 SELECT name, value FROM `{table}_meta` WHERE LEFT(name, 7) IN ('paused:', 'paused#', 'nostart')
 
@@ -681,7 +681,7 @@ GROUP BY owner
 -- The run log (mq_cli/drain/runlog.py): one row per drain run, one per run, queue
 -- and time slice of its results. Its times are Unix seconds of the database's
 -- clock (DOUBLE), as the drain measured them; wait and duration histograms are
--- text (runlog.Histogram).
+-- text (mq_cli/host/runlog.Histogram).
 
 -- name: create_runs
 CREATE TABLE IF NOT EXISTS `{table}_runs` (
@@ -809,7 +809,7 @@ GROUP BY queue, step ORDER BY queue, step
 -- name: held_by_owner
 SELECT owner, COUNT(*) FROM `{table}` WHERE queue = %s AND status = 'processing' GROUP BY owner
 
--- Fleet limits (mq_cli/fleet.py, mq_cli/ratelimit.py). Times in these two
+-- Fleet limits (mq_cli/host/fleet.py, mq_cli/drain/ratelimit.py). Times in these two
 -- tables are Unix seconds of the server's clock, as DOUBLE.
 
 -- name: create_slots

@@ -262,7 +262,7 @@ class PostgresBackend(SqlBackend):
         path = topology.search_path_check(self._rows(self._sql["search_path"])[0][0])
         return [engine, path, *topology.checks(self.settings, self.pool_mode, self.pooler_seen)]
 
-    # -- schema: the storage parameters of a delete-heavy table (pg_schema.py) ------
+    # -- schema: the storage parameters of a delete-heavy table (schema.py) ---------
 
     def _migrate(self) -> list[str]:
         done = super()._migrate()

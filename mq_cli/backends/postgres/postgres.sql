@@ -742,7 +742,7 @@ SELECT n_live_tup, n_dead_tup,
 FROM pg_catalog.pg_stat_user_tables
 WHERE relid = pg_catalog.to_regclass(%s)::pg_catalog.oid
 
--- Clock steps (mq_cli/drain/clock.py): each drain start, heartbeat and gc records
+-- Clock steps (mq_cli/host/clock.py): each drain start, heartbeat and gc records
 -- the database's now per host; a jump between two of them that the host's
 -- boot clock did not see is a step, and stalled detection waits it out.
 
@@ -771,7 +771,7 @@ WHERE status IN ('ready', 'delayed') AND created_at > pg_catalog.now()
 -- name: meta_notes
 -- What a drain reads as it starts. Paused queues (`mq pause`): 'paused:QUEUE',
 -- or 'paused#HASH' for a long name, the value "since|QUEUE"; queues no drain
--- could start (mq_cli/startfail.py): 'nostart:QUEUE' or 'nostart#HASH', the
+-- could start (mq_cli/drain/startfail.py): 'nostart:QUEUE' or 'nostart#HASH', the
 -- value "since|QUEUE|error".
 SELECT name, value FROM "{table}_meta"
 WHERE pg_catalog."left"(name, 7) IN ('paused:', 'paused#', 'nostart')
@@ -825,7 +825,7 @@ GROUP BY owner
 -- The run log (mq_cli/drain/runlog.py): one row per drain run, one per run, queue
 -- and time slice of its results. Its times are Unix seconds of the database's
 -- clock (DOUBLE PRECISION), as the drain measured them; wait and duration histograms are
--- text (runlog.Histogram).
+-- text (mq_cli/host/runlog.Histogram).
 
 -- name: create_runs
 CREATE TABLE IF NOT EXISTS "{table}_runs" (
@@ -972,7 +972,7 @@ GROUP BY owner
 -- table's channel): delivered at commit, one per transaction and queue.
 SELECT pg_catalog.pg_notify(%s, %s)
 
--- Fleet limits (mq_cli/fleet.py, mq_cli/ratelimit.py). Times in these two
+-- Fleet limits (mq_cli/host/fleet.py, mq_cli/drain/ratelimit.py). Times in these two
 -- tables are Unix seconds of the server's clock, as double precision.
 
 -- name: create_slots

@@ -588,7 +588,7 @@ VALUES ('mq check probe', {now}, {now}, X'')
 -- name: quick_check
 PRAGMA quick_check(5)
 
--- Clock steps (mq_cli/drain/clock.py): each drain start, heartbeat and gc records
+-- Clock steps (mq_cli/host/clock.py): each drain start, heartbeat and gc records
 -- the database's now per host; a jump between two of them that the host's
 -- boot clock did not see is a step, and stalled detection waits it out.
 
@@ -619,7 +619,7 @@ WHERE status IN ('ready', 'delayed') AND created_at > {now}
 -- name: meta_notes
 -- What a drain reads as it starts. Paused queues (`mq pause`): 'paused:QUEUE',
 -- or 'paused#HASH' for a long name, the value "since|QUEUE"; queues no drain
--- could start (mq_cli/startfail.py): 'nostart:QUEUE' or 'nostart#HASH', the
+-- could start (mq_cli/drain/startfail.py): 'nostart:QUEUE' or 'nostart#HASH', the
 -- value "since|QUEUE|error".
 SELECT name, value FROM "{table}_meta" WHERE substr(name, 1, 7) IN ('paused:', 'paused#', 'nostart')
 
@@ -647,7 +647,7 @@ GROUP BY owner
 -- The run log (mq_cli/drain/runlog.py): one row per drain run, one per run, queue
 -- and time slice of its results. Its times are Unix seconds of the database's
 -- clock (REAL), as the drain measured them; wait and duration histograms are
--- text (runlog.Histogram).
+-- text (mq_cli/host/runlog.Histogram).
 
 -- name: create_runs
 CREATE TABLE IF NOT EXISTS "{table}_runs" (
@@ -784,8 +784,8 @@ GROUP BY queue, step ORDER BY queue, step
 -- name: held_by_owner
 SELECT owner, COUNT(*) FROM "{table}" WHERE queue = ? AND status = 'processing' GROUP BY owner
 
--- Fleet limits (mq_cli/fleet.py holds max_drains with lock files: no table;
--- mq_cli/ratelimit.py). Times are Unix seconds of the host's clock, as REAL.
+-- Fleet limits (mq_cli/host/fleet.py holds max_drains with lock files: no table;
+-- mq_cli/drain/ratelimit.py). Times are Unix seconds of the host's clock, as REAL.
 
 -- name: create_slots
 -- Unused on SQLite (lock files hold its fleet slots); made so every backend has

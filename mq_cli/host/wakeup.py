@@ -28,7 +28,7 @@ import time
 from typing import TYPE_CHECKING
 
 from mq_cli.core.errors import ConfigError
-from mq_cli.drain.slots import ensure_lock_dir
+from mq_cli.host.slots import ensure_lock_dir
 
 if TYPE_CHECKING:
     from mq_cli.backends.base import Backend

@@ -24,7 +24,7 @@ the database lets a lock die with its holder:
   lock_dir, so drains with different lock_dirs share the cap. The kernel frees
   it when the drain dies.
 
-Which kind a drain uses follows from its own liveness lock (drain.py): a server
+Which kind a drain uses follows from its own liveness lock (drain/lease.py): a server
 that gave it a session lock gives it session slots.
 """
 
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from mq_cli.backends import dialects
 from mq_cli.core.errors import MqError
-from mq_cli.drain import slots
+from mq_cli.host import slots
 
 if TYPE_CHECKING:
     from mq_cli.backends.base import Backend

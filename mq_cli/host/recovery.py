@@ -17,7 +17,7 @@ from mq_cli.core.config import QueueConfig
 from mq_cli.core.durations import format_duration
 from mq_cli.core.errors import MqError
 from mq_cli.core.models import GcQueueResult, Message
-from mq_cli.drain import clock
+from mq_cli.host import clock
 from mq_cli.runners import handlers, make_runner
 
 log = logging.getLogger("mq")
