@@ -5,7 +5,7 @@ selected ones or of all that match a filter; requeue of the stalled, `mq gc
 --stalled --requeue -q Q`, or of the failed, `mq gc --errors --requeue -q Q`;
 purge) is first shown on its confirmation page, ``GET /queues/Q/confirm``: what
 it will do, to how many messages, with which filter or ids. That page holds the
-POST form that does it, with ``upto``, the queue's last id when it was shown,
+POST form that does it, with ``upto``, the table's last id when it was shown,
 so nothing enqueued after the confirmation is touched. A purge, and an action
 on every message of a queue (an empty filter), also need the queue's name
 typed. Ids are acted on only within the queue of the address. Each action is
@@ -83,7 +83,7 @@ def confirm(queue: str) -> str:
     chosen, ids, status, force = current_filter(), _ids(), _status(), _force()
     if request.args.get("scope") == "selected" and not ids:
         raise ConfigError("no message selected: tick the messages first")
-    upto = mq().last_id(queue)
+    upto = mq().last_id()  # the table's: one read; later ids are higher
     context: dict[str, Any] = {"outside": [], "missing": []}
     known = "exact"
     if action in bulk.ACTIONS and ids:

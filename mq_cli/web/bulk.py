@@ -3,7 +3,7 @@
 Both go through ``MQ.retry`` / ``MQ.delete``, the calls behind `mq retry` and
 `mq delete`: a processing message is refused unless ``force``, and each chunk
 of ``CHUNK`` ids is its own short transaction. A filter is walked by id
-(``MQ.browse``) up to ``upto``, the queue's last id when the operator was shown
+(``MQ.browse``) up to ``upto``, the table's last id when the operator was shown
 the count, so a message enqueued after the confirmation is never touched. A
 run is one request, so it is one line of the audit log.
 """
