@@ -28,6 +28,9 @@ MAX_ID = 2**63 - 1
 #: seconds a confirmation spends counting what a text filter matches (the page's
 #: budget is 300 ms at 1M rows; past this the count is "at least")
 COUNT_SECONDS = 0.15
+#: messages one step of that count finds at most: small, so that the clock is read
+#: often (a step of CHUNK read 5,000 rows: about a second on MariaDB at 1M)
+COUNT_STEP = 200
 
 
 @dataclass
@@ -170,7 +173,7 @@ def count(mq: MQ, queue: str, chosen: Filter, upto: int) -> tuple[int, str]:
     found, after = 0, 0
     started = time.monotonic()
     while after < upto:
-        page = mq.browse(queue, chosen, after, CHUNK)
+        page = mq.browse(queue, chosen, after, COUNT_STEP)
         found += sum(1 for m in page.messages if m.id <= upto)
         if page.next_after is None:
             return found, "exact"
