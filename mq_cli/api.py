@@ -340,9 +340,11 @@ class MQ:
         counts = self.stats(queue)[queue]
         return sum(getattr(counts, s) for s in (STATES if state is None else [state]))
 
-    def last_id(self, queue: str) -> int:
-        """The highest id ``queue`` has held (0: none): what an action confirmed now acts up to."""
-        return self._reader.last_id(validate_queue_name(queue)) or 0
+    def last_id(self, queue: str | None = None) -> int:
+        """The highest id ``queue`` (None: any queue) holds (0: none): what an action
+        confirmed now acts up to. Without a queue it is one read of the primary key; a
+        queue's own reads each of its rows (seconds at millions)."""
+        return self._reader.last_id(None if queue is None else validate_queue_name(queue)) or 0
 
     def stop_drain(self, name: str, quiet: bool = False, by: str | None = None) -> StopAsked:
         """`mq stop` (ops/drains.py): drain ``name`` stops as on SIGTERM, or ends ``quiet``ly."""

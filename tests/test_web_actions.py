@@ -334,8 +334,33 @@ def test_a_text_filter_counted_past_its_time_says_at_least(db, monkeypatch):
     monkeypatch.setattr(bulk, "COUNT_SECONDS", 0.0)
     with MQ(load_config(None, db.url)) as mq:
         upto = mq.last_id("thumbs")
-        assert bulk.count(mq, "thumbs", Filter("ready", "no such error"), upto)[1] is False
-        assert bulk.count(mq, "thumbs", Filter("ready", None, "no-such-key"), upto) == (0, True)
-        assert bulk.count(mq, "thumbs", Filter("ready"), upto) == (6000, True)
+        assert bulk.count(mq, "thumbs", Filter("ready", "no such error"), upto)[1] == "at least"
+        assert bulk.count(mq, "thumbs", Filter("ready", None, "no-such-key"), upto) == (0, "exact")
+        assert bulk.count(mq, "thumbs", Filter("ready"), upto) == (6000, "exact")
         monkeypatch.setattr(bulk, "COUNT_SECONDS", 60.0)
-        assert bulk.count(mq, "thumbs", Filter("ready", "no such error"), upto) == (0, True)
+        assert bulk.count(mq, "thumbs", Filter("ready", "no such error"), upto) == (0, "exact")
+
+
+def test_above_ten_thousand_the_confirmation_estimates_and_the_action_is_exact(db, console):
+    """At 1M rows an exact count took seconds: above 10,000 the confirmation shows the
+    console's estimate, marked "about ~N", and the action still deletes exactly what the
+    filter matches up to the id it was shown with."""
+    payloads = [str(i) for i in range(10_050)]
+    for start in range(0, len(payloads), 2500):
+        chunk = payloads[start : start + 2500]
+        assert db.run("enqueue", "-q", "bulk", "--silent", *chunk).exit_code == 0
+    operator = console.client()
+    fields, action, body = confirmation(operator, "/queues/bulk/confirm?action=delete&state=ready")
+    known, shown = count_shown(body)
+    assert known == "about" and shown > 10_000
+    assert f"about ~{shown:,}" in body and "an estimate" in body
+    assert db.run("enqueue", "-q", "bulk", "--silent", "10050").exit_code == 0
+    done = operator.post(action, {**fields, "csrf_token": operator.token()})
+    assert "deleted 10050 message(s)" in said(done)
+    assert len(ids_of(db, "bulk", "ready")) == 1  # the one enqueued after the page
+    line = audit(operator)[0]
+    assert (line["action"], line["queue"], line["count"]) == ("delete", "bulk", 10_050)
+
+    # a purge's confirmation too: about, then exactly what the purge deletes
+    fields, action, body = confirmation(operator, "/queues/bulk/confirm?action=purge&status=ready")
+    assert count_shown(body) == ("exact", 1)

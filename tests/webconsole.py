@@ -183,6 +183,6 @@ def said(answer) -> str:
 
 
 def count_shown(body: str) -> tuple[str, int]:
-    found = re.search(r'data-count="(\d+)" data-exact="(exact|at least)"', body)
+    found = re.search(r'data-count="(\d+)" data-exact="(exact|at least|about)"', body)
     assert found is not None, body
     return found.group(2), int(found.group(1))

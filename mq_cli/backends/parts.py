@@ -154,8 +154,8 @@ class OperatePart(Protocol):
         """``action`` "retry" (ready now, error_count 0) or "delete" on ``ids``, in one
         transaction; a `processing` message is refused unless ``force``."""
 
-    def last_id(self, queue: str) -> int | None:
-        """The highest id in ``queue`` (tombstones included), None when empty."""
+    def last_id(self, queue: str | None) -> int | None:
+        """The highest id in ``queue`` (None: in the table; tombstones included), None when empty."""
 
     def purge(self, queue: str, status: str | None, up_to_id: int, limit: int) -> int:
         """Delete up to ``limit`` messages of ``queue`` with id <= ``up_to_id``: of

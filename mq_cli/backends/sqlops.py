@@ -194,8 +194,11 @@ class SqlOperate:
 
         return self.db._transaction(body)
 
-    def last_id(self, queue: str) -> int | None:
-        found = self.db._rows(self.db._sql["last_id"], (queue,))[0][0]
+    def last_id(self, queue: str | None) -> int | None:
+        if queue is None:
+            found = self.db._rows(self.db._sql["last_id_any"], ())[0][0]
+        else:
+            found = self.db._rows(self.db._sql["last_id"], (queue,))[0][0]
         return None if found is None else int(found)
 
     def purge(self, queue: str, status: str | None, up_to_id: int, limit: int) -> int:

@@ -74,10 +74,19 @@ def web(state: State, bind: tuple[str, int], read_only: bool, hash_password: boo
 
     Pages: the overview (every queue's counts and health, live drains,
     throughput plots), a queue (its messages by state, error text and unique
-    key; retry, delete, requeue, pause, resume, purge), a message (payload,
-    last error, runs), the run log, and the actions operators took. A JSON API
-    under /api/ answers as the CLI's --json does (GET /api/stats is
-    `mq stats --json`).
+    key, with a payload preview, "next retry at" and "failed at"; retry,
+    delete, requeue, pause, resume, purge), a queue's failures grouped by
+    error (retry or delete a group), a search across queues by id, unique key
+    or error text, a message (payload, last error, runs), the run log, and the
+    actions operators took. Counts above 10,000 are estimates, shown as ~N.
+
+    Every action that changes messages first shows a confirmation page: what
+    it does, to how many messages, with which filter or ids; a purge, or an
+    empty filter over a whole queue, needs the queue's name typed. Each live
+    drain has Quiet (finish the current message, then exit) and Stop (as
+    SIGTERM) buttons, as `mq stop --quiet` and `mq stop` (through the
+    database: the drain may run on any host). A JSON API under /api/ answers
+    as the CLI's --json does (GET /api/stats is `mq stats --json`).
 
     Users come from the config, each a viewer (reads) or an operator (also
     acts), with a hash from `mq web --hash-password`:
@@ -92,9 +101,12 @@ def web(state: State, bind: tuple[str, int], read_only: bool, hash_password: boo
     With no user configured the console serves loopback only, to anyone on
     this host, as an operator (a viewer with --read-only), says so on stderr,
     and answers only the Host names 127.0.0.1, localhost, [::1] and the bind
-    address. Every action, and every refused attempt, is recorded in
-    web.audit_log and shown on the Actions page. See docs/console.md (its
-    security model), also for mounting it in a Flask, Django or FastAPI app.
+    address (any other Host is 400: no DNS rebinding). A viewer reads every
+    payload. Every POST needs the CSRF token of the person's own session and
+    a same-origin request. Every action, and every refused attempt (403, CSRF,
+    a failed login), is one line of web.audit_log, shown on the Actions page.
+    See docs/console.md (its security model), also for mounting it in a
+    Flask, Django or FastAPI app.
 
     \b
     Example:  mq web

@@ -5,7 +5,7 @@ selected ones or of all that match a filter; requeue of the stalled, `mq gc
 --stalled --requeue -q Q`, or of the failed, `mq gc --errors --requeue -q Q`;
 purge) is first shown on its confirmation page, ``GET /queues/Q/confirm``: what
 it will do, to how many messages, with which filter or ids. That page holds the
-POST form that does it, with ``upto``, the queue's last id when it was shown,
+POST form that does it, with ``upto``, the table's last id when it was shown,
 so nothing enqueued after the confirmation is touched. A purge, and an action
 on every message of a queue (an empty filter), also need the queue's name
 typed. Ids are acted on only within the queue of the address. Each action is
@@ -24,7 +24,7 @@ from mq_cli.core.errors import ConfigError
 from mq_cli.core.models import STATES
 from mq_cli.web import bulk
 from mq_cli.web.context import console, mq, require_operator, wants_json
-from mq_cli.web.pages import current_filter
+from mq_cli.web.pages import ESTIMATED, current_filter
 
 blueprint = Blueprint("actions", __name__)
 CONFIRMED = ("retry", "delete", "purge", "requeue-stalled", "requeue-failed")
@@ -83,32 +83,31 @@ def confirm(queue: str) -> str:
     chosen, ids, status, force = current_filter(), _ids(), _status(), _force()
     if request.args.get("scope") == "selected" and not ids:
         raise ConfigError("no message selected: tick the messages first")
-    upto = mq().last_id(queue)
+    upto = mq().last_id()  # the table's: one read; later ids are higher
     context: dict[str, Any] = {"outside": [], "missing": []}
-    exact = True
+    known = "exact"
     if action in bulk.ACTIONS and ids:
         ids, outcome = bulk.split(mq(), queue, ids)
         count, target = len(ids), url_for("actions.act", queue=queue)
         context.update(outside=outcome.not_in_queue, missing=outcome.missing)
     elif action in bulk.ACTIONS:
-        count, exact = bulk.count(mq(), queue, chosen, upto)
+        count, known = bulk.count(mq(), queue, chosen, upto)
         target = url_for("actions.act", queue=queue)
     elif action == "purge":
         if status == "processing" and not force:
             raise ConfigError("purging processing messages needs force (a drain may run them)")
-        counts = mq().stats(queue)[queue]  # as `mq stats` counts; without force no claim
-        kept = () if force else ("processing", "stalled")
+        kept = () if force else ("processing", "stalled")  # without force no claim
         states = [status] if status else [s for s in STATES if s not in kept]
-        count = sum(getattr(counts, s) for s in states)
+        count, known = bulk.in_states(mq(), queue, states)
         target = url_for("actions.purge", queue=queue)
     else:
-        count = mq().count(queue, action.split("-", 1)[1])
+        count, known = bulk.in_states(mq(), queue, [action.split("-", 1)[1]])
         target = url_for("actions.requeue", queue=queue)
     typed = action == "purge" or (action in bulk.ACTIONS and not ids and bulk.empty(chosen))
     return render_template(
         "confirm.html", queue=queue, action=action, chosen=chosen, ids=ids, status=status,
-        force=force, upto=upto, count=count, exact=exact, target=target, typed=typed,
-        back=request.args.get("back", ""), requeue=REQUEUE, **context,
+        force=force, upto=upto, count=count, known=known, target=target, typed=typed,
+        back=request.args.get("back", ""), requeue=REQUEUE, estimated=ESTIMATED, **context,
     )  # fmt: skip
 
 

@@ -40,7 +40,7 @@ class Entry:
     filter: dict[str, Any] | None = None
     #: the ids acted on (all of ``queue``: ids of other queues are never listed)
     ids: list[int] | None = None
-    #: the queue's last id when the operator confirmed: nothing after it was touched
+    #: the table's last id when the operator confirmed: nothing after it was touched
     upto: int | None = None
     force: bool | None = None
     #: what became of them: requeue {"ready": N, "failed": M}; by id or filter the ones

@@ -12,7 +12,7 @@ most ``LIST_MAX``, a larger one is a 400 that says so), ``GET
 only (any other is a 400 that names it, a value of another type too):
 ``"queue"`` (a string) with a filter, ``"state"``, ``"error"`` (text within
 last_error) and ``"key"`` (the unique key), acting on what it matches up to
-the queue's last id when the request came; an empty filter acts on every
+the table's last id when the request came; an empty filter acts on every
 message of the queue only with ``"all": true``. Or ``"ids"`` (a list of at
 most 1,000 ids), with ``"queue"`` acting only on ids of that queue (the others
 come back in ``"not_in_queue"``, untouched); ``"force": true`` takes
@@ -142,7 +142,7 @@ def _body() -> dict[str, Any]:
 @blueprint.post("/messages/<action>")
 def change(action: str) -> Response:
     """retry or delete: ids (of ``queue`` if given), or a filter of ``queue`` up to the
-    queue's last id when the request came; an empty filter needs ``"all": true``."""
+    table's last id when the request came; an empty filter needs ``"all": true``."""
     user = require_operator()
     bulk.check_action(action)
     body = _body()
@@ -169,7 +169,7 @@ def change(action: str) -> Response:
             raise ConfigError(
                 '"all": true is for an empty filter; a filter acts on what it matches'
             )
-        upto = mq().last_id(queue)
+        upto = mq().last_id()  # the table's: one read; later ids are higher
         outcome = bulk.matching(mq(), queue, action, chosen, force, upto)
         fields.update(filter=bulk.filter_json(chosen), upto=upto)
         detail = f"api all matching {bulk.describe(chosen)} up to id {upto}"

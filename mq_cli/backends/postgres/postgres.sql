@@ -553,6 +553,11 @@ DELETE FROM "{table}" WHERE id IN ({ids}) AND status IN ('ready', 'delayed', 'pr
 -- name: last_id
 SELECT pg_catalog.max(id) FROM "{table}" WHERE queue = %s
 
+-- name: last_id_any
+-- The table's last id, on its primary key: a confirmation's bound (nothing enqueued
+-- after it is acted on) without reading a queue's every row.
+SELECT pg_catalog.max(id) FROM "{table}"
+
 -- name: purge_live
 -- A bounded batch of a queue's messages, up to the last id when purge started
 -- (so a producer's new messages are not chased).
