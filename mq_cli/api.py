@@ -21,6 +21,7 @@ from mq_cli.core.config import (
 )
 from mq_cli.core.errors import ConfigError
 from mq_cli.core.models import STATES, ByIdResult, GcReport, Listing, Message, QueueStats
+from mq_cli.core.states import Action, State
 from mq_cli.host import slots
 from mq_cli.ops import produce
 
@@ -249,7 +250,7 @@ class MQ:
         return self._reader.now()
 
     def list_messages(
-        self, queue: str | None, status: str | None = None, limit: int = 100
+        self, queue: str | None, status: State | str | None = None, limit: int = 100
     ) -> Listing:
         """The oldest ``limit`` messages of a queue (None: of every queue), by id, in one
         state if given: ready, delayed, processing, stalled or failed."""
@@ -263,7 +264,7 @@ class MQ:
 
         return operate.show(self._reader, ident)
 
-    def state(self, message: Message) -> str:
+    def state(self, message: Message) -> State:
         """What `mq list` and `mq stats` call the message now: ready, delayed,
         processing, stalled (its drain is gone, or no heartbeat for stalled_after)
         or failed."""
@@ -272,7 +273,7 @@ class MQ:
         return operate.state_of(self.config, self._reader, message)
 
     def activity(
-        self, message: Message, state: str | None = None
+        self, message: Message, state: State | None = None
     ) -> tuple[str, float | None] | None:
         """A message held by a live drain: ("running", seconds so far) or ("waiting",
         None) in its drain's batch, as the run log tells; None when it cannot tell,
@@ -285,11 +286,11 @@ class MQ:
 
     def gc(
         self,
-        kind: str,
+        kind: State | str,
         *,
         queues: Sequence[str] = (),
         older_than: float | None = None,
-        action: str | None = None,
+        action: Action | str | None = None,
         notify: bool = False,
         on_batch: Callable[[list[Message]], None] | None = None,
     ) -> GcReport:
@@ -311,13 +312,13 @@ class MQ:
         """Back to ready now with error_count 0; a processing message only with ``force``."""
         from mq_cli.ops import operate
 
-        return operate.change_by_id(self.backend, "retry", ids, force)
+        return operate.change_by_id(self.backend, Action.RETRY, ids, force)
 
     def delete(self, ids: Sequence[int], force: bool = False) -> ByIdResult:
         """Delete messages by id; a processing message only with ``force``."""
         from mq_cli.ops import operate
 
-        return operate.change_by_id(self.backend, "delete", ids, force)
+        return operate.change_by_id(self.backend, Action.DELETE, ids, force)
 
     def require_known(self, queue: str, traces: bool = False, more: str = "") -> None:
         """ConfigError (exit 2) for a queue that is neither configured, nor holds a
@@ -335,7 +336,7 @@ class MQ:
             f"queues: {', '.join(existing) or 'none'}"
         )
 
-    def count(self, queue: str, state: str | None = None) -> int:
+    def count(self, queue: str, state: State | str | None = None) -> int:
         """How many live messages a queue holds (in one of STATES), as `mq stats` counts."""
         counts = self.stats(queue)[queue]
         return sum(getattr(counts, s) for s in (STATES if state is None else [state]))
@@ -355,7 +356,7 @@ class MQ:
     def purge(
         self,
         queue: str,
-        status: str | None = None,
+        status: State | str | None = None,
         on_progress: Callable[[int], None] | None = None,
         force: bool = False,
         upto: int | None = None,

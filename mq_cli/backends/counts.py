@@ -21,6 +21,7 @@ from typing import Protocol
 
 from mq_cli.backends.plumbing import Executor
 from mq_cli.core.models import QueueStats
+from mq_cli.core.states import State
 
 
 class SqlOperate(Protocol):
@@ -41,7 +42,8 @@ ESTIMATE_ABOVE = 10_000
 WINDOWS = 20
 WIDTH = 1_000
 SAMPLE_AGE = 10.0
-STATES = ("ready", "delayed", "processing", "failed")
+#: the counts stats_bounded returns, in its order
+STATES = (State.READY, State.DELAYED, State.PROCESSING, State.FAILED)
 #: priorities looked up one by one for the oldest ready message; the rest in one read
 PRIORITIES = 20
 
@@ -68,19 +70,19 @@ def bounded(
             for state in estimated:
                 counts[state] = max(_rounded(scaled[STATES.index(state)]), above + 1)
         stalled = 0
-        if "processing" in estimated:
-            estimated.append("stalled")  # too many to ask each one's drain
-        elif counts["processing"]:
+        if State.PROCESSING in estimated:
+            estimated.append(State.STALLED)  # too many to ask each one's drain
+        elif counts[State.PROCESSING]:
             owners = ops.owner_counts(name, stalled_after(name))
             dead = ops.dead_owners([owner for owner, _, _ in owners])
             stalled = sum(total if owner in dead else old for owner, total, old in owners)
-        oldest = _oldest_ready(ops, name) if counts["ready"] else None
+        oldest = _oldest_ready(ops, name) if counts[State.READY] else None
         result[name] = QueueStats(
-            ready=counts["ready"],
-            delayed=counts["delayed"],
-            processing=counts["processing"] - stalled,
+            ready=counts[State.READY],
+            delayed=counts[State.DELAYED],
+            processing=counts[State.PROCESSING] - stalled,
             stalled=stalled,
-            failed=counts["failed"],
+            failed=counts[State.FAILED],
             oldest_ready_seconds=oldest,
             estimated=tuple(estimated),
         )

@@ -7,12 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from mq_cli.backends.plumbing import Tx
+from mq_cli.core.states import Stored
 
 
-def initial_status(delay: float) -> str:
+def initial_status(delay: float) -> Stored:
     """A new or retried message's status: 'delayed' until it is due (drains promote
     it then: see create_due_index in <dialect>/<dialect>.sql), else 'ready'."""
-    return "delayed" if delay > 0 else "ready"
+    return Stored.DELAYED if delay > 0 else Stored.READY
 
 
 def insert_each(
@@ -24,7 +25,7 @@ def insert_each(
     priority: int,
     unique_key: str | None,
     duplicate: Callable[[BaseException], bool],
-    status: str = "ready",
+    status: Stored = Stored.READY,
 ) -> list[int | None]:
     """One INSERT per message (the unique-key path): ids, None where the key was taken."""
     ids: list[int | None] = []
@@ -51,7 +52,7 @@ def insert_rows(
     chunking: tuple[int, int, Callable[[bytes], int]],
     ids: Callable[[Tx, str, list[object], int], list[int]],
     statement: str = "insert",
-    status: str = "ready",
+    status: Stored = Stored.READY,
 ) -> list[int | None]:
     """Keyless messages in multi-row INSERTs of at most ``chunking`` = (rows, budget,
     cost); ``ids(tx, sql, params, count)`` runs one and says the new ids, in order."""

@@ -18,6 +18,7 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from mq_cli.backends.traits import Shape
 from mq_cli.core.models import ByIdResult, Message, QueueStats, Run, Slice
+from mq_cli.core.states import Action, State, Stored
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -105,11 +106,11 @@ class OperatePart(Protocol):
     def now(self) -> datetime:
         """The database's clock, UTC (ages and "available in" are measured with it)."""
 
-    def queues_with_status(self, status: str) -> list[str]:
+    def queues_with_status(self, status: State | Stored) -> list[str]:
         """The queues holding at least one message in ``status``."""
 
     def list_messages(
-        self, queue: str, status: str | None, after_id: int, limit: int
+        self, queue: str, status: State | Stored | None, after_id: int, limit: int
     ) -> list[Message]:
         """Up to ``limit`` messages with id > ``after_id``, by id; ``status`` None: any live one."""
 
@@ -150,14 +151,14 @@ class OperatePart(Protocol):
     def get_message(self, ident: int) -> Message | None:
         """One live message with its payload, or None."""
 
-    def change_by_id(self, action: str, ids: Sequence[int], force: bool) -> ByIdResult:
+    def change_by_id(self, action: Action, ids: Sequence[int], force: bool) -> ByIdResult:
         """``action`` "retry" (ready now, error_count 0) or "delete" on ``ids``, in one
         transaction; a `processing` message is refused unless ``force``."""
 
     def last_id(self, queue: str | None) -> int | None:
         """The highest id in ``queue`` (None: in the table; tombstones included), None when empty."""
 
-    def purge(self, queue: str, status: str | None, up_to_id: int, limit: int) -> int:
+    def purge(self, queue: str, status: State | Stored | None, up_to_id: int, limit: int) -> int:
         """Delete up to ``limit`` messages of ``queue`` with id <= ``up_to_id``: of
         ``status``, or (None) every live one; status "done" deletes tombstones. How many.
         "ready" is the state (due now), "delayed" the ones not due yet; "processing"

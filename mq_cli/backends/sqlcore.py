@@ -37,6 +37,7 @@ from mq_cli.backends.sqlrunlog import SqlRunLog
 from mq_cli.backends.sqlschema import SqlSchema
 from mq_cli.core.errors import Deadlock, MqError, SchemaMissing
 from mq_cli.core.models import Message
+from mq_cli.core.states import Stored
 
 T = TypeVar("T")
 
@@ -135,7 +136,7 @@ class SqlBackend(Backend):
         when: object,
         priority: int,
         unique_key: str | None,
-        status: str,
+        status: Stored,
     ) -> list[int | None]:
         """Insert the messages inside ``tx``; ids in order, None where skipped.
         ``status``: 'ready', or 'delayed' for messages not due yet (see :func:`initial_status`)."""
@@ -351,7 +352,7 @@ class SqlBackend(Backend):
     def ack_failure(
         self, message: Message, owner: str, error: str, retry_in: float, failed: bool
     ) -> bool:
-        status = "failed" if failed else initial_status(retry_in)
+        status = Stored.FAILED if failed else initial_status(retry_in)
         params = (status, self._storable(error), self._shift(retry_in), message.id, owner)
         return self._ack_change(self._sql["ack_failure"], params) == 1
 

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from mq_cli.backends.plumbing import Executor, Tx
 from mq_cli.core.models import ByIdResult, Message, QueueStats
+from mq_cli.core.states import LIVE, Action, State, Stored
 
 T = TypeVar("T")
 #: a failure group as the backend reads it: (key, key lowered, count, oldest, newest,
@@ -31,19 +32,18 @@ def as_text(value: bytes | str | None) -> str | None:
     return value.decode("utf-8") if isinstance(value, (bytes, bytearray, memoryview)) else value
 
 
-def shown_status(stored: str) -> str:
+def shown_status(stored: str) -> Stored:
     """The status a message has for users: a 'delayed' row (not due yet when it was
     stored, see create_due_index in <dialect>/<dialect>.sql) is a ready message."""
-    return "ready" if stored == "delayed" else stored
+    return Stored.READY if stored == Stored.DELAYED else Stored(stored)
 
 
-def stored_statuses(status: str) -> tuple[str, str]:
+def stored_statuses(status: Stored | State) -> tuple[Stored, Stored]:
     """The two stored statuses of a status users ask for (the same one twice but for ready)."""
-    return (status, "delayed") if status == "ready" else (status, status)
+    chosen = Stored(status.value)
+    return (chosen, Stored.DELAYED) if chosen == Stored.READY else (chosen, chosen)
 
 
-#: the statuses of live messages
-LIVE = ("ready", "delayed", "processing", "failed")
 #: from this many messages a queue's page walks the primary key (list_all_by_id in
 #: sqlite.sql) rather than sorting them all by id; below, the sort is cheaper
 BY_ID = 10_000
@@ -60,7 +60,7 @@ class SqlOperate:
     def find_failed(self, queue: str, after_id: int | None, limit: int) -> list[Message]:
         if after_id is None:
             return self._messages("pick_failed", (queue, limit))
-        return self.list_messages(queue, "failed", after_id, limit)
+        return self.list_messages(queue, Stored.FAILED, after_id, limit)
 
     def _messages(self, name: str, params: Sequence[object]) -> list[Message]:
         """The rows a named query returns, as Messages."""
@@ -86,12 +86,12 @@ class SqlOperate:
     def now(self) -> datetime:
         return self.db._time(self.db._rows(self.db._sql["now"])[0][0])  # type: ignore[return-value]
 
-    def queues_with_status(self, status: str) -> list[str]:
+    def queues_with_status(self, status: State | Stored) -> list[str]:
         rows = self.db._rows(self.db._sql["queues_with_status"], stored_statuses(status))
         return [str(row[0]) for row in rows]
 
     def list_messages(
-        self, queue: str, status: str | None, after_id: int, limit: int
+        self, queue: str, status: State | Stored | None, after_id: int, limit: int
     ) -> list[Message]:
         statuses = LIVE if status is None else stored_statuses(status) * 2
         name = "list_all" if status is None else "list_status"
@@ -171,7 +171,7 @@ class SqlOperate:
         rows = self.db._rows(self.db._sql["get_message"], (ident,))
         return self._listed(rows[0][:11], payload=bytes(rows[0][11])) if rows else None
 
-    def change_by_id(self, action: str, ids: Sequence[int], force: bool) -> ByIdResult:
+    def change_by_id(self, action: Action, ids: Sequence[int], force: bool) -> ByIdResult:
         if not ids:
             return ByIdResult()
 
@@ -184,7 +184,7 @@ class SqlOperate:
             for ident in dict.fromkeys(ids):
                 if ident not in found:
                     result.missing.append(ident)
-                elif found[ident][0] == "processing" and not force:
+                elif found[ident][0] == Stored.PROCESSING and not force:
                     result.refused[ident] = found[ident][1] or "unknown"
                 else:
                     result.done.append(ident)
@@ -201,11 +201,11 @@ class SqlOperate:
             found = self.db._rows(self.db._sql["last_id"], (queue,))[0][0]
         return None if found is None else int(found)
 
-    def purge(self, queue: str, status: str | None, up_to_id: int, limit: int) -> int:
+    def purge(self, queue: str, status: State | Stored | None, up_to_id: int, limit: int) -> int:
         if status is None:
             return self.db._change(self.db._sql["purge_live"], (queue, up_to_id, limit))
-        if status in ("ready", "delayed"):  # the states: ready never includes delayed
-            name = "purge_due" if status == "ready" else "purge_delayed"
+        if status in (State.READY, State.DELAYED):  # the states: ready never includes delayed
+            name = "purge_due" if status == State.READY else "purge_delayed"
             return self.db._change(self.db._sql[name], (queue, up_to_id, limit))
         params = (queue, *stored_statuses(status), up_to_id, limit)
         return self.db._change(self.db._sql["purge_status"], params)

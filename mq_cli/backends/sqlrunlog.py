@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from mq_cli.backends.plumbing import Executor, Tx
 from mq_cli.core.errors import PermissionDenied, SchemaMissing
 from mq_cli.core.models import Run, Slice
+from mq_cli.core.states import Action
 
 T = TypeVar("T")
 
@@ -149,7 +150,7 @@ def _run(row: Sequence[Any]) -> Run:
         claimed=int(row[9]), succeeded=int(row[10]), failed=int(row[11]), returned=int(row[12]),
         exit_code=None if row[13] is None else int(row[13]),
         running_id=None if row[14] is None else int(row[14]), running_since=number(row[15]),
-        stop_request=None if row[16] is None else str(row[16]),
+        stop_request=None if row[16] is None else Action(row[16]),
         stop_by=None if row[17] is None else str(row[17]), stop_at=number(row[18]),
         end_reason=None if row[19] is None else str(row[19]),
     )  # fmt: skip

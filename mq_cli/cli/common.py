@@ -15,6 +15,7 @@ import click
 
 from mq_cli.core.durations import parse_duration
 from mq_cli.core.errors import MqError
+from mq_cli.core.states import BY_ID, Action
 from mq_cli.core.version import SCHEMA_VERSION, __version__
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Produce", ("enqueue",)),
     ("Drain", ("drain",)),
     ("Observe", ("stats", "status", "list", "show", "web")),
-    ("Repair", ("gc", "retry", "delete", "purge", "pause", "resume", "stop")),
+    ("Repair", ("gc", *BY_ID, Action.PURGE, Action.PAUSE, Action.RESUME, Action.STOP)),
     ("Set up", ("init", "check")),
 )
 
@@ -255,6 +256,20 @@ def cli(ctx: click.Context, config: str | None, database: str | None, verbose: i
 
 
 pass_state = click.make_pass_decorator(State)
+
+
+class MessageId(click.ParamType):
+    """A message id: a whole number from 1, as `mq list` and `mq enqueue` print them."""
+
+    name = "ID"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and value >= 1:
+            return value
+        text = str(value).strip()
+        if text.isdigit() and int(text) >= 1:
+            return int(text)
+        self.fail(f"{value!r} is not a message id: ids are whole numbers from 1 (see `mq list`)")
 
 
 # -- init -------------------------------------------------------------------

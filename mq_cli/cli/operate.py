@@ -9,35 +9,32 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
-from mq_cli.cli.common import Progress, State, _duration, cli, json_option, pass_state, queue_option
+from mq_cli.cli.common import (
+    MessageId,
+    Progress,
+    State,
+    _duration,
+    cli,
+    json_option,
+    pass_state,
+    queue_option,
+)
+from mq_cli.core.states import Action
+from mq_cli.core.states import State as MessageState
 
 if TYPE_CHECKING:
     from mq_cli.core.models import GcReport, Message
 
-# as models.STATES; written out so that `mq --help` need not import the models
-STATES = ("ready", "delayed", "processing", "stalled", "failed")
+# models.STATES as plain strings: click shows an Enum member's name, and returns members
+STATES = tuple(state.value for state in MessageState)
 PURGE_STATUS = (
     "Only the messages in this state, as `mq list --status` shows it: ready leaves delayed "
     "ones; stalled is what `mq gc --stalled --delete` deletes; processing needs --force."
 )
-
-
-class MessageId(click.ParamType):
-    """A message id: a whole number from 1, as `mq list` and `mq enqueue` print them."""
-
-    name = "ID"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int) and value >= 1:
-            return value
-        text = str(value).strip()
-        if text.isdigit() and int(text) >= 1:
-            return int(text)
-        self.fail(f"{value!r} is not a message id: ids are whole numbers from 1 (see `mq list`)")
 
 
 def _exit(code: int) -> None:
@@ -110,8 +107,8 @@ def gc(
         raise click.UsageError("--requeue and --delete exclude each other")
     if older_than is not None and not stalled:
         raise click.UsageError("--older-than goes with --stalled")
-    kind = "stalled" if stalled else "failed"
-    action = "requeue" if requeue else "delete" if delete else None
+    kind = MessageState.STALLED if stalled else MessageState.FAILED
+    action = Action.REQUEUE if requeue else Action.DELETE if delete else None
     mq = state.mq
     for queue in queues:
         mq.require_known(queue)
@@ -151,7 +148,7 @@ def gc(
 def _gc_summary(report: GcReport, err: bool) -> None:
     from mq_cli.core import render
 
-    key = "on_stalled" if report.kind == "stalled" else "on_failed"
+    key = f"on_{report.kind}"  # the queue's on_stalled or on_failed
     for q in report.queues:
         if q.notify_error:
             error = render.error_line(q.notify_error, 300)
@@ -165,13 +162,13 @@ def _gc_summary(report: GcReport, err: bool) -> None:
             continue
         if report.action is None or not q.matched:
             continue
-        verb = "requeued" if report.action == "requeue" else "deleted"
+        verb = "requeued" if report.action == Action.REQUEUE else "deleted"
         line = f"queue {q.queue}: {verb} {q.changed} {report.kind} message(s)"
         if q.now_failed:
             line += f"; {q.now_failed} reached max_errors and are now failed"
         if q.matched > q.changed:
             line += f"; {q.matched - q.changed} changed meanwhile and were left alone"
-        if report.action == "requeue" and report.kind == "stalled" and q.changed:
+        if report.action == Action.REQUEUE and report.kind == MessageState.STALLED and q.changed:
             # liveness.GRACE: a drain that was only cut off stops its handler first
             line += f"; ready in {liveness_grace():g} s"
         click.echo(line, err=err)
@@ -281,7 +278,7 @@ def retry(state: State, ids: tuple[int, ...], force: bool) -> None:
     Example:  mq retry 1234 1235
               mq gc --errors -q mail --json | jq '.[].id' | xargs mq retry
     """
-    _by_id(state, "retry", ids, force)
+    _by_id(state, Action.RETRY, ids, force)
 
 
 @cli.command()
@@ -297,13 +294,12 @@ def delete(state: State, ids: tuple[int, ...], force: bool) -> None:
     \b
     Example:  mq delete 1234 1235
     """
-    _by_id(state, "delete", ids, force)
+    _by_id(state, Action.DELETE, ids, force)
 
 
-def _by_id(state: State, action: str, ids: tuple[int, ...], force: bool) -> None:
-    result = state.mq.retry(ids, force) if action == "retry" else state.mq.delete(ids, force)
-    done = "requeued" if action == "retry" else "deleted"
-    verb = "requeue" if action == "retry" else "delete"
+def _by_id(state: State, action: Action, ids: tuple[int, ...], force: bool) -> None:
+    result = state.mq.retry(ids, force) if action == Action.RETRY else state.mq.delete(ids, force)
+    done, verb = ("requeued", Action.REQUEUE) if action == Action.RETRY else ("deleted", action)
     click.echo(f"{done} {len(result.done)} message(s)")
     for ident, owner in result.refused.items():
         click.echo(
@@ -340,7 +336,7 @@ def purge(state: State, queue: str, status: str | None, yes: bool, force: bool) 
               mq purge -q mail --status delayed --yes
     """
     what = f"{status} message(s)" if status else "message(s)"
-    if status == "processing" and not force:
+    if status == MessageState.PROCESSING and not force:
         raise click.UsageError(
             "purge --status processing deletes messages drains may be running now: add "
             "--force (for messages of dead drains: mq gc --stalled --delete)"
@@ -367,7 +363,7 @@ def purge(state: State, queue: str, status: str | None, yes: bool, force: bool) 
 
 
 def _claimed(state: State, queue: str) -> int:  # what a purge without --force keeps
-    return state.mq.count(queue, "processing") + state.mq.count(queue, "stalled")
+    return sum(state.mq.count(queue, s) for s in (MessageState.PROCESSING, MessageState.STALLED))
 
 
 # -- check ---------------------------------------------------------------------------

@@ -6,11 +6,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-STATUSES = ("ready", "processing", "failed")
-#: what `mq stats` counts and `mq list --status` takes: ready splits into ready now
-#: and delayed, processing into live claims and stalled ones
-STATES = ("ready", "delayed", "processing", "stalled", "failed")
-STATE_STATUS = {"delayed": "ready", "stalled": "processing"}
+from mq_cli.core.states import STATE_STATUS, STATES, STATUSES, Action, State, Stored
+
+# what `mq stats` counts and `mq list --status` takes (core/states.py): ready splits
+# into ready now and delayed, processing into live claims and stalled ones
+__all__ = ["STATES", "STATE_STATUS", "STATUSES"]
 
 
 def message_state(
@@ -20,19 +20,19 @@ def message_state(
     owner_dead: bool,
     now: datetime,
     stalled_after: float,
-) -> str:
+) -> State:
     """One of STATES: what every view calls a message (stats counts the same in SQL).
 
     Ready splits into ready now and delayed (a retry's backoff, --delay);
     processing into a live claim and a stalled one (no heartbeat for
     ``stalled_after``, or its drain is gone: its lock is free).
     """
-    if status == "ready":
-        return "delayed" if available_at > now else "ready"
-    if status == "processing":
+    if status == Stored.READY:
+        return State.DELAYED if available_at > now else State.READY
+    if status == Stored.PROCESSING:
         old = heartbeat_at is not None and (now - heartbeat_at).total_seconds() > stalled_after
-        return "stalled" if old or owner_dead else "processing"
-    return status
+        return State.STALLED if old or owner_dead else State.PROCESSING
+    return State(status)
 
 
 def iso(moment: datetime | None) -> str | None:
@@ -103,7 +103,7 @@ def claimed_message(
     message.__dict__.update(
         id=id,
         queue=queue,
-        status="processing",
+        status=Stored.PROCESSING,
         priority=priority,
         error_count=error_count,
         created_at=created_at,
@@ -134,12 +134,8 @@ class QueueStats:
     estimated: tuple[str, ...] = field(default=(), compare=False)
 
     def to_json(self) -> dict[str, object]:
-        found: dict[str, object] = {
-            "ready": self.ready,
-            "delayed": self.delayed,
-            "processing": self.processing,
-            "stalled": self.stalled,
-            "failed": self.failed,
+        found: dict[str, object] = {state.value: getattr(self, state.value) for state in STATES}
+        found |= {
             "oldest_ready_seconds": (
                 None if self.oldest_ready_seconds is None else round(self.oldest_ready_seconds, 3)
             ),
@@ -156,7 +152,7 @@ class ListedMessage:
 
     message: Message
     #: what every view calls it now: one of STATES
-    state: str
+    state: State
     #: for a message a live drain holds: "running" (its handler runs) or "waiting"
     #: (in that drain's batch); None otherwise
     activity: str | None = None
@@ -187,14 +183,14 @@ class Listing:
     messages: list[Message]
     more: bool = False  # more messages matched than the limit allowed
     stalled_after: float = 3600.0  # the queue's, to tell stalled from live claims
-    states: dict[int, str] = field(default_factory=dict)  # id -> one of STATES
+    states: dict[int, State] = field(default_factory=dict)  # id -> one of STATES
     #: processing messages of live drains: id -> ("running", seconds) or ("waiting", None)
     activity: dict[int, tuple[str, float | None]] = field(default_factory=dict)
 
     def __iter__(self) -> Iterator[ListedMessage]:
         for m in self.messages:
             activity, seconds = self.activity.get(m.id, (None, None))
-            yield ListedMessage(m, self.states.get(m.id, m.status), activity, seconds)
+            yield ListedMessage(m, self.states.get(m.id) or State(m.status), activity, seconds)
 
     def __len__(self) -> int:
         return len(self.messages)
@@ -205,7 +201,7 @@ class Listing:
 
 
 def listed_json(
-    message: Message, state: str, activity: tuple[str, float | None] | None
+    message: Message, state: State, activity: tuple[str, float | None] | None
 ) -> dict[str, object]:
     """One message as `mq list --json` prints it."""
     doing, seconds = activity or (None, None)
@@ -234,8 +230,8 @@ class GcQueueResult:
 
 @dataclass
 class GcReport:
-    kind: str  # "stalled" or "failed"
-    action: str | None  # None (list only), "requeue" or "delete"
+    kind: State  # GC_KINDS: stalled or failed
+    action: Action | None  # None (list only), or one of GC_ACTIONS: requeue or delete
     queues: list[GcQueueResult] = field(default_factory=list)
 
     @property
@@ -268,7 +264,7 @@ class Run:
     running_id: int | None
     running_since: float | None
     #: an operator's request to it (`mq stop`): "stop" or "quiet", who asked and when
-    stop_request: str | None = None
+    stop_request: Action | None = None
     stop_by: str | None = None
     stop_at: float | None = None
     #: why it ended, the words of `mq drain --json`'s "ended" ("stop", "quiet": asked to)

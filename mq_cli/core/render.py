@@ -14,6 +14,7 @@ from typing import Any
 
 from mq_cli.core.durations import format_duration
 from mq_cli.core.models import Listing, Message, iso
+from mq_cli.core.states import State, Stored
 
 ERROR_WIDTH = 60  # characters of last_error in a table
 HEXDUMP_LIMIT = 4096  # bytes of a binary payload `mq show` dumps
@@ -115,7 +116,7 @@ def error_line(error: str | None, width: int = ERROR_WIDTH) -> str:
 
 def is_stalled(message: Message, now: datetime, stalled_after: float) -> bool:
     return (
-        message.status == "processing"
+        message.status == Stored.PROCESSING
         and message.heartbeat_at is not None
         and (now - message.heartbeat_at).total_seconds() > stalled_after
     )
@@ -131,15 +132,15 @@ def list_rows(listing: Listing) -> list[list[str]]:
     now = listing.now
     rows = []
     for m in listing.messages:
-        status = listing.states.get(m.id) or (
-            "stalled" if is_stalled(m, now, listing.stalled_after) else m.status
+        status: str = listing.states.get(m.id) or (
+            State.STALLED if is_stalled(m, now, listing.stalled_after) else m.status
         )
         doing = listing.activity.get(m.id)
         if doing is not None:
             kind, seconds = doing
             status = f"running {format_duration(seconds)}" if seconds is not None else kind
         wait = (m.available_at - now).total_seconds()
-        available = format_duration(wait) if m.status == "ready" and wait > 0 else "-"
+        available = format_duration(wait) if m.status == Stored.READY and wait > 0 else "-"
         row = [str(m.id), status, str(m.priority), str(m.error_count), since(now, m.created_at),
                available, error_line(m.last_error)]  # fmt: skip
         rows.append(row if listing.queue else [printable(m.queue), *row])
@@ -152,9 +153,11 @@ def list_table(listing: Listing) -> str:
     return table(["QUEUE", *LIST_HEADERS], list_rows(listing), "<" + LIST_ALIGN)
 
 
-def gc_table(kind: str) -> tuple[TableWriter, Callable[[list[Message], datetime], list[list[str]]]]:
+def gc_table(
+    kind: State,
+) -> tuple[TableWriter, Callable[[list[Message], datetime], list[list[str]]]]:
     """A table for `mq gc` matches, and what turns a batch of them into its rows."""
-    if kind == "stalled":
+    if kind == State.STALLED:
         headers = ["ID", "QUEUE", "ERRORS", "AGE", "NO HEARTBEAT FOR", "DRAIN (OWNER)"]
 
         def stalled_rows(batch: list[Message], now: datetime) -> list[list[str]]:
@@ -185,7 +188,7 @@ def message_text(
     message: Message,
     now: datetime,
     activity: tuple[str, float | None] | None = None,
-    state: str | None = None,
+    state: State | None = None,
 ) -> str:
     """Every field, last_error in full, then the payload as readably as it allows."""
 
@@ -199,7 +202,7 @@ def message_text(
     fields = [
         ("id", str(message.id)),
         ("queue", printable(message.queue)),
-        ("status", _status_line(message, now, activity, state or message.status)),
+        ("status", _status_line(message, now, activity, state or State(message.status))),
         ("priority", str(message.priority)),
         ("error_count", str(message.error_count)),
         ("created_at", when(message.created_at)),
@@ -221,13 +224,13 @@ def message_text(
 
 
 def _status_line(
-    message: Message, now: datetime, activity: tuple[str, float | None] | None, state: str
+    message: Message, now: datetime, activity: tuple[str, float | None] | None, state: State
 ) -> str:
     """The state as `mq list` and `mq stats` call it, and what it means now."""
-    if state == "delayed":
+    if state == State.DELAYED:
         wait = format_duration((message.available_at - now).total_seconds())
         return f"delayed (ready in {wait})"
-    if state == "stalled":
+    if state == State.STALLED:
         drain = printable(message.owner or "?")
         return (
             f"stalled (stored as processing by drain {drain}, which is gone or silent "

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from mq_cli.backends.base import OPERATE_BATCH, Backend
 from mq_cli.core.config import Config, validate_queue_name
 from mq_cli.core.errors import ConfigError
-from mq_cli.core.models import STATE_STATUS, STATES, Message, message_state
+from mq_cli.core.models import STATE_STATUS, Message, message_state
+from mq_cli.core.states import State, Stored
 from mq_cli.ops.operate import activities
 
 #: rows looked at for one page at most, whatever the filter
@@ -26,15 +27,15 @@ SCAN = 5_000
 class Filter:
     """Which messages: a state (one of STATES), text within last_error, a unique key."""
 
-    state: str | None = None
+    state: State | None = None
     error: str | None = None  # a substring of last_error, case-insensitive
     unique_key: str | None = None  # the exact key
 
     def __post_init__(self) -> None:
-        if self.state is not None and self.state not in STATES:
-            raise ConfigError(f"state must be one of {', '.join(STATES)}, not {self.state!r}")
+        if self.state is not None:  # a caller without mypy may give a string: checked here
+            object.__setattr__(self, "state", State.parse(self.state, "state"))
 
-    def matches(self, message: Message, state: str) -> bool:
+    def matches(self, message: Message, state: State) -> bool:
         if self.state is not None and state != self.state:
             return False
         if self.unique_key is not None and message.unique_key != self.unique_key:
@@ -47,7 +48,7 @@ class Filter:
 @dataclass
 class Page:
     messages: list[Message]
-    states: dict[int, str]
+    states: dict[int, State]
     activity: dict[int, tuple[str, float | None]] = field(default_factory=dict)
     #: where the next page starts (the last id looked at); None: nothing after it
     next_after: int | None = None
@@ -67,13 +68,14 @@ def browse(
     validate_queue_name(queue)
     if limit < 1:
         raise ConfigError("the limit must be at least 1")
-    status = STATE_STATUS.get(chosen.state or "", chosen.state)
-    if chosen.state == "delayed":  # stored 'delayed' (a due one is ready: left out below)
-        status = "delayed"
+    status: State | Stored | None = chosen.state
+    if chosen.state is not None and chosen.state != State.DELAYED:
+        status = STATE_STATUS.get(chosen.state, chosen.state)
+    # a delayed filter reads stored 'delayed' rows (a due one is ready: left out below)
     stalled_after = config.queue(queue).stalled_after
     now = backend.now()
     found: list[Message] = []
-    states: dict[int, str] = {}
+    states: dict[int, State] = {}
     scanned = 0
     cursor = after
     exhausted = False
@@ -92,7 +94,7 @@ def browse(
         if not rows:
             exhausted = True
             break
-        dead = backend.dead_owners([m.owner for m in rows if m.status == "processing"])
+        dead = backend.dead_owners([m.owner for m in rows if m.status == Stored.PROCESSING])
         for m in rows:
             scanned += 1
             cursor = m.id
@@ -113,10 +115,10 @@ def browse(
         next_after = found[-1].id
     else:
         next_after = cursor
-    live = [m for m in found if states[m.id] == "processing"]
+    live = [m for m in found if states[m.id] == State.PROCESSING]
     return Page(found, states, activities(backend, live, now), next_after, scanned)
 
 
 def _exact(chosen: Filter) -> bool:
     """Whether every row the index returns matches (so a page needs no more rows than it shows)."""
-    return chosen.state in (None, "failed") and not chosen.error and not chosen.unique_key
+    return chosen.state in (None, State.FAILED) and not chosen.error and not chosen.unique_key

@@ -26,6 +26,7 @@ from datetime import datetime
 from mq_cli.backends.base import Backend
 from mq_cli.core.models import Message
 from mq_cli.core.render import printable
+from mq_cli.core.states import State
 
 #: characters of a preview
 WIDTH = 80
@@ -62,7 +63,7 @@ def preview(head: bytes, size: int, width: int = WIDTH) -> tuple[str, str]:
 
 
 def columns(
-    backend: Backend, messages: Sequence[Message], states: Mapping[int, str]
+    backend: Backend, messages: Sequence[Message], states: Mapping[int, State]
 ) -> dict[int, Columns]:
     """The extra columns of a page of messages (``states``: each one's state), in one query."""
     heads = backend.payload_heads([m.id for m in messages], HEAD_BYTES)
@@ -73,7 +74,7 @@ def columns(
         state = states.get(m.id)
         found[m.id] = Columns(
             text, kind == "binary",
-            m.available_at if state == "delayed" else None,
-            m.available_at if state == "failed" else None,
+            m.available_at if state == State.DELAYED else None,
+            m.available_at if state == State.FAILED else None,
         )  # fmt: skip
     return found

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from mq_cli.core.errors import ConfigError
 from mq_cli.core.models import Run
+from mq_cli.core.states import Action
 from mq_cli.host import runlog
 from mq_cli.host.runlog import LIVE_WITHIN
 from mq_cli.ops.status import iso
@@ -34,7 +35,7 @@ class StopAsked:
     ``already``: a quiet request to a drain asked to stop before, which changes nothing."""
 
     run: Run
-    kind: str
+    kind: Action
     by: str
     already: str | None = None
 
@@ -56,7 +57,7 @@ class StopAsked:
     def text(self) -> str:
         if self.already is not None:
             return f"drain {self.name} was asked to stop already (by {self.already}): it stops"
-        if self.kind == "quiet":
+        if self.kind == Action.QUIET:
             what = "end quietly: it claims nothing more and ends once what it claimed has run"
         else:
             what = (
@@ -107,10 +108,10 @@ def find(backend: Backend, name: str) -> Run:
 def ask(backend: Backend, name: str, quiet: bool = False, by: str | None = None) -> StopAsked:
     """Ask the live drain ``name`` to stop (or ``quiet``-ly end); see the module's doc."""
     run = find(backend, name)
-    kind = "quiet" if quiet else "stop"
+    kind = Action.QUIET if quiet else Action.STOP
     by = (by or default_by())[:NAME_MAX]
     if backend.run_ask_stop(run.id, kind, by, backend.now().timestamp()):
         return StopAsked(run, kind, by)
-    if quiet and run.stop_request == "stop":
+    if quiet and run.stop_request == Action.STOP:
         return StopAsked(run, kind, by, already=run.stop_by or "someone")
     raise ConfigError(f"drain {name} ended meanwhile: there is nothing to stop")

@@ -22,6 +22,7 @@ from datetime import datetime
 from mq_cli.backends.base import Backend
 from mq_cli.core.config import validate_queue_name
 from mq_cli.core.models import iso
+from mq_cli.core.states import State
 
 #: failed messages grouped at most (the oldest failures, by priority): one query
 #: over this many rows stays within the console's page time at any queue size
@@ -72,7 +73,7 @@ class Failures:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "queue": self.queue, "failed": self.failed, "looked_at": self.looked_at,
+            "queue": self.queue, State.FAILED: self.failed, "looked_at": self.looked_at,
             "complete": self.complete, "groups": [g.to_json() for g in self.groups],
         }  # fmt: skip
 

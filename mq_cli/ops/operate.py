@@ -32,6 +32,7 @@ from mq_cli.core.models import (
     Message,
     message_state,
 )
+from mq_cli.core.states import BY_ID, GC_ACTIONS, GC_KINDS, Action, State, Stored
 from mq_cli.host import clock
 from mq_cli.host.recovery import (
     act_as_found,
@@ -42,9 +43,9 @@ from mq_cli.host.recovery import (
 )
 from mq_cli.runners import paths as handler_paths
 
-KINDS = {"stalled": "processing", "failed": "failed"}  # gc kind -> the status it looks in
-ACTIONS = ("requeue", "delete")
-CALLBACK_KEYS = {"stalled": "on_stalled", "failed": "on_failed"}
+#: gc kind -> the status it looks in
+KINDS = {kind: STATE_STATUS.get(kind, Stored.FAILED) for kind in GC_KINDS}
+CALLBACK_KEYS = {kind: f"on_{kind}" for kind in GC_KINDS}
 
 log = logging.getLogger("mq")
 OnBatch = Callable[[list[Message]], None]
@@ -66,26 +67,26 @@ class Gc:
         self,
         config: Config,
         backend: Backend,
-        kind: str,
+        kind: State | str,
         *,
         queues: Sequence[str] = (),
         older_than: float | None = None,
-        action: str | None = None,
+        action: Action | str | None = None,
         notify: bool = False,
         on_batch: OnBatch | None = None,
     ):
         if kind not in KINDS:
             raise ConfigError(f"gc looks for {' or '.join(KINDS)} messages, not {kind!r}")
-        if action is not None and action not in ACTIONS:
-            raise ConfigError(f"gc can {' or '.join(ACTIONS)}, not {action!r}")
-        if older_than is not None and kind != "stalled":
+        if action is not None and action not in GC_ACTIONS:
+            raise ConfigError(f"gc can {' or '.join(GC_ACTIONS)}, not {action!r}")
+        if older_than is not None and kind != State.STALLED:
             raise ConfigError("--older-than applies to stalled messages only")
         self.config = config
         self.backend = backend
-        self.kind = kind
+        self.kind = State(kind)
         self.queues = [validate_queue_name(q) for q in dict.fromkeys(queues)]
         self.older_than = older_than
-        self.action = action
+        self.action = None if action is None else Action(action)
         self.notify = notify
         # Sees each batch as it goes: the matches when listing, the messages
         # changed (as they were found) when requeuing or deleting.
@@ -116,14 +117,14 @@ class Gc:
     def run(self) -> GcReport:
         report = GcReport(self.kind, self.action)
         # Before anything is called stalled: was the database's clock stepped?
-        state = clock.observe_quietly(self.backend) if self.kind == "stalled" else None
+        state = clock.observe_quietly(self.backend) if self.kind == State.STALLED else None
         names = self.queues or self.backend.queues_with_status(KINDS[self.kind])
         for name in names:
             queue = self.config.queue(name)
             bound = self.older_than if self.older_than is not None else queue.stalled_after
             result = GcQueueResult(name)
             report.queues.append(result)
-            if self.kind == "stalled" and self.action is not None:
+            if self.kind == State.STALLED and self.action is not None:
                 mark_dead(self.backend, name)  # a write: only when we act on them
             if clock_says_wait(state, name, bound):
                 continue
@@ -155,14 +156,14 @@ class Gc:
                     self.on_batch(changed)
 
     def _find(self, name: str, bound: float, after: int) -> list[Message]:
-        if self.action is not None or self.kind != "stalled":
+        if self.action is not None or self.kind != State.STALLED:
             return find(self.backend, self.kind, name, bound, after)
         # Only looking: a dead drain's messages are told by its free lock, as `mq list`
         # tells them, not marked (mark_dead writes).
-        while page := self.backend.list_messages(name, "processing", after, OPERATE_BATCH):
+        while page := self.backend.list_messages(name, State.PROCESSING, after, OPERATE_BATCH):
             now = self.backend.now()
             dead = self.backend.dead_owners([m.owner for m in page])
-            stalled = [m for m in page if _state(m, now, bound, dead) == "stalled"]
+            stalled = [m for m in page if _state(m, now, bound, dead) == State.STALLED]
             if stalled:
                 return stalled
             after = page[-1].id
@@ -184,7 +185,7 @@ def list_messages(
     config: Config,
     backend: Backend,
     queue: str | None,
-    state: str | None = None,
+    state: State | str | None = None,
     limit: int = 100,
 ) -> Listing:
     """The oldest ``limit`` live messages of ``queue`` (by id; None: of every queue, a
@@ -195,7 +196,8 @@ def list_messages(
         raise ConfigError(f"status must be one of {', '.join(STATES)}, not {state!r}")
     if limit < 1:
         raise ConfigError("the limit must be at least 1")
-    status = STATE_STATUS.get(state or "", state)
+    chosen = None if state is None else State(state)
+    status = None if chosen is None else STATE_STATUS.get(chosen, chosen)
     now = backend.now()
     if queue is not None:
         names = [queue]
@@ -203,24 +205,24 @@ def list_messages(
         found_in = {q for s in STATUSES for q in backend.queues_with_status(s)}
         names = sorted(found_in)
     found: list[Message] = []
-    states: dict[int, str] = {}
+    states: dict[int, State] = {}
     for name in names:
         stalled_after = config.queue(name).stalled_after
         after = 0
         while len(found) <= limit:
-            size = OPERATE_BATCH if state else min(OPERATE_BATCH, limit + 1)
+            size = OPERATE_BATCH if chosen else min(OPERATE_BATCH, limit + 1)
             page = backend.list_messages(name, status, after, size)
             if not page:
                 break
             after = page[-1].id
-            dead = backend.dead_owners([m.owner for m in page if m.status == "processing"])
+            dead = backend.dead_owners([m.owner for m in page if m.status == Stored.PROCESSING])
             for m in page:
                 states[m.id] = _state(m, now, stalled_after, dead)
-                if state is None or states[m.id] == state:
+                if chosen is None or states[m.id] == chosen:
                     found.append(m)
     stalled_after = config.queue(queue).stalled_after if queue else 0.0
     kept = found[:limit]
-    live = [m for m in kept if states[m.id] == "processing"]
+    live = [m for m in kept if states[m.id] == State.PROCESSING]
     return Listing(
         queue or "",
         now,
@@ -260,7 +262,7 @@ def activities(
     return found
 
 
-def _state(message: Message, now: datetime, stalled_after: float, dead: set[str]) -> str:
+def _state(message: Message, now: datetime, stalled_after: float, dead: set[str]) -> State:
     return message_state(
         message.status, message.available_at, message.heartbeat_at,
         message.owner in dead, now, stalled_after,
@@ -277,18 +279,18 @@ def show(backend: Backend, ident: int) -> Message:
     return message
 
 
-def state_of(config: Config, backend: Backend, message: Message) -> str:
+def state_of(config: Config, backend: Backend, message: Message) -> State:
     """The message's state (one of STATES) as `mq list` and `mq stats` tell it."""
-    dead = backend.dead_owners([message.owner]) if message.status == "processing" else set()
+    dead = backend.dead_owners([message.owner]) if message.status == Stored.PROCESSING else set()
     return _state(message, backend.now(), config.queue(message.queue).stalled_after, dead)
 
 
 def show_activity(
-    backend: Backend, message: Message, state: str
+    backend: Backend, message: Message, state: State
 ) -> tuple[str, float | None] | None:
     """For `mq show`: ("running", seconds) or ("waiting", None) for a message held by
     a live drain (``state`` processing); None for any other."""
-    if state != "processing":
+    if state != State.PROCESSING:
         return None
     return activities(backend, [message], backend.now()).get(message.id)
 
@@ -296,14 +298,17 @@ def show_activity(
 # -- retry, delete, purge -------------------------------------------------------------
 
 
-def change_by_id(backend: Backend, action: str, ids: Sequence[int], force: bool) -> ByIdResult:
+def change_by_id(
+    backend: Backend, action: Action | str, ids: Sequence[int], force: bool
+) -> ByIdResult:
     """`mq retry` / `mq delete`: the allowed ones are done; the refused (processing,
     without ``force``) and missing ones are reported back."""
-    if action not in ("retry", "delete"):
+    if action not in BY_ID:
         raise ConfigError(f"unknown action {action!r}")
+    verb = Action(action)
     total = ByIdResult()
     for chunk in _chunks(list(dict.fromkeys(ids))):
-        part = backend.change_by_id(action, chunk, force)
+        part = backend.change_by_id(verb, chunk, force)
         total.done += part.done
         total.refused.update(part.refused)
         total.missing += part.missing
@@ -314,7 +319,7 @@ def purge(
     config: Config,
     backend: Backend,
     queue: str,
-    status: str | None = None,
+    status: State | str | None = None,
     on_progress: Callable[[int], None] | None = None,
     force: bool = False,
     upto: int | None = None,
@@ -332,7 +337,8 @@ def purge(
     validate_queue_name(queue)
     if status is not None and status not in STATES:
         raise ConfigError(f"status must be one of {', '.join(STATES)}, not {status!r}")
-    if status == "processing" and not force:
+    chosen = None if status is None else State(status)
+    if chosen == State.PROCESSING and not force:
         raise ConfigError(
             "purge --status processing deletes messages drains may be running now: add "
             "--force (for messages of dead drains: mq gc --stalled --delete)"
@@ -341,19 +347,20 @@ def purge(
     if last is None:
         return 0
     last = last if upto is None else min(last, upto)
-    if status == "stalled":
-        report = Gc(config, backend, "stalled", queues=[queue], action="delete").run()
+    if chosen == State.STALLED:
+        report = Gc(config, backend, State.STALLED, queues=[queue], action=Action.DELETE).run()
         return report.queues[0].changed if report.queues else 0
-    if status == "processing":
+    if chosen == State.PROCESSING:
         return _purge_claims(config, backend, queue, last, on_progress)
     deleted = 0
-    for chosen in [status] if status is not None or force else ["ready", "delayed", "failed"]:
-        while count := backend.purge(queue, chosen, last, OPERATE_BATCH):
+    unclaimed = [State.READY, State.DELAYED, State.FAILED]
+    for each in [chosen] if chosen is not None or force else unclaimed:
+        while count := backend.purge(queue, each, last, OPERATE_BATCH):
             deleted += count
             if on_progress is not None:
                 on_progress(count)
-    if status is None:
-        while backend.purge(queue, "done", last, OPERATE_BATCH):
+    if chosen is None:
+        while backend.purge(queue, Stored.DONE, last, OPERATE_BATCH):
             pass
     return deleted
 
@@ -369,17 +376,17 @@ def _purge_claims(
     stalled_after = config.queue(queue).stalled_after
     after = deleted = 0
     while after < last and (
-        page := backend.list_messages(queue, "processing", after, OPERATE_BATCH)
+        page := backend.list_messages(queue, State.PROCESSING, after, OPERATE_BATCH)
     ):
         after = page[-1].id
         now = backend.now()
         dead = backend.dead_owners([m.owner for m in page])
         ids = [
             m.id for m in page
-            if m.id <= last and _state(m, now, stalled_after, dead) == "processing"
+            if m.id <= last and _state(m, now, stalled_after, dead) == State.PROCESSING
         ]  # fmt: skip
         if ids:
-            count = len(backend.change_by_id("delete", ids, True).done)
+            count = len(backend.change_by_id(Action.DELETE, ids, True).done)
             deleted += count
             if on_progress is not None and count:
                 on_progress(count)

@@ -22,6 +22,7 @@ from mq_cli.core.durations import format_duration
 from mq_cli.core.errors import MqError
 from mq_cli.core.models import Message
 from mq_cli.core.render import error_line
+from mq_cli.core.states import STATES, Outcome, State
 from mq_cli.ops import health, plots
 from mq_cli.ops.status import Reader, Status, iso, seconds_text
 
@@ -66,7 +67,9 @@ def gather(mq: Reader, backend: Backend, status: Status) -> Page:
             failed += backend.find_failed(name, None, MESSAGES_PER_QUEUE)
         if q.stats.stalled and len(stalled) < MESSAGES_MAX:
             # as `mq list` tells them: a killed drain's messages (free lock) too
-            listing = operate.list_messages(mq.config, backend, name, "stalled", MESSAGES_PER_QUEUE)
+            listing = operate.list_messages(
+                mq.config, backend, name, State.STALLED, MESSAGES_PER_QUEUE
+            )
             stalled += listing.messages
     samples = [
         (None, name, status.now, status.now, 0, 0, q.stats.ready, 0.0, 0.0, "", "")
@@ -176,7 +179,7 @@ def _code(command: str) -> str:
 
 
 def _queues(status: Status) -> str:
-    headers = ["queue", "health", "ready", "delayed", "processing", "stalled", "failed",
+    headers = ["queue", "health", *STATES,
                "backlog age", "done / failed 1 min", "done / failed 1 h", "wait p50 / p95",
                "run p50 / p95"]  # fmt: skip
     rows, count = [], {health.RED: 0, health.AMBER: 0, health.GREEN: 0}
@@ -234,7 +237,7 @@ def _problem(problem: health.Problem) -> str:
 
 def _drains(status: Status) -> str:
     rows = [[_e(cell) for cell in status.drain_row(run)] for run in status.drains]
-    headers = ["drain", "queue", "running for", "message now", "held", "done", "failed"]
+    headers = ["drain", "queue", "running for", "message now", "held", Outcome.DONE, Outcome.FAILED]
     return "<h2>Live drains</h2>" + _table(headers, rows, "no drain running")
 
 
@@ -248,8 +251,8 @@ def _runs(status: Status) -> str:
             _e(run.succeeded), _e(run.failed), _e(run.returned),
             _e(data["state"] if run.exit_code is None else run.exit_code),
         ])  # fmt: skip
-    headers = ["queue", "drain", "started", "took", "claimed", "done", "failed", "returned",
-               "exit"]  # fmt: skip
+    headers = ["queue", "drain", "started", "took", "claimed", Outcome.DONE, Outcome.FAILED,
+               "returned", "exit"]  # fmt: skip
     return "<h2>Recent runs</h2>" + _table(headers, rows, "no run recorded")
 
 
@@ -287,9 +290,12 @@ def _plots(page: Page) -> str:
         done = rates([(at, d) for at, d, _, _ in points], step, now)
         failed = rates([(at, f) for at, _, f, _ in points], step, now)
         backlog = plots.Line(
-            "ready", "#7a5195", [(at, float(b)) for at, _, _, b in points if b is not None]
+            State.READY, "#7a5195", [(at, float(b)) for at, _, _, b in points if b is not None]
         )
-        lines = [plots.Line("done", "#2364aa", done), plots.Line("failed", "#c0392b", failed)]
+        lines = [
+            plots.Line(Outcome.DONE, "#2364aa", done),
+            plots.Line(Outcome.FAILED, "#c0392b", failed),
+        ]
         figures.append(
             _figure(name, "done and failed", lines, page.start, now, "messages per minute")
         )

@@ -7,11 +7,10 @@ from typing import TYPE_CHECKING
 
 from mq_cli.core import atomic
 from mq_cli.core.models import QueueStats
+from mq_cli.core.states import STATES, Outcome
 
 if TYPE_CHECKING:
     from mq_cli.ops.status import Throughput
-
-STATES = ("ready", "delayed", "processing", "stalled", "failed")
 
 
 def _label(value: str) -> str:
@@ -61,7 +60,8 @@ def render(
 
 def _counters(totals: dict[str, tuple[int, int]]) -> list[str]:
     lines = []
-    for index, (name, what) in enumerate((("succeeded", "succeeded"), ("failed", "failed"))):
+    for index, name in enumerate((Outcome.SUCCEEDED, Outcome.FAILED)):
+        what = name  # "Messages that succeeded", "... that failed"
         lines += [
             f"# HELP mq_{name}_total Messages that {what} (handler runs), over the run log's "
             "retained history (run_log_retention): it drops when old runs are deleted.",

@@ -18,6 +18,7 @@ from mq_cli.backends.base import Backend
 from mq_cli.core.config import Config
 from mq_cli.core.errors import ConfigError
 from mq_cli.core.models import Message, listed_json, message_state
+from mq_cli.core.states import State, Stored
 
 #: rows an error search looks at per request
 BUDGET = 20_000
@@ -35,7 +36,7 @@ MATCHES = ("id", "unique_key", "error")
 @dataclass(frozen=True)
 class Hit:
     message: Message
-    state: str
+    state: State
     match: str  # one of MATCHES: how it was found
 
     def to_json(self) -> dict[str, object]:
@@ -123,7 +124,7 @@ def _queues(config: Config, backend: Backend) -> list[str]:
 
 def _with_states(config: Config, backend: Backend, hits: list[tuple[Message, str]]) -> list[Hit]:
     now = backend.now()
-    dead = backend.dead_owners([m.owner for m, _ in hits if m.status == "processing"])
+    dead = backend.dead_owners([m.owner for m, _ in hits if m.status == Stored.PROCESSING])
     seen: set[int] = set()
     results = []
     for m, how in hits:

@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mq_cli.core.models import QueueStats, Run, Slice
+from mq_cli.core.states import STOP_KINDS, Action, Outcome
 from mq_cli.host import runlog
 from mq_cli.host.runlog import LIVE_WITHIN, Histogram
 from mq_cli.ops.limits import QueueLimits
@@ -132,8 +133,8 @@ class Status:
             "ended_at": iso(run.ended_at),
             "seconds": _round(max(end - run.started_at, 0.0)),
             "claimed": run.claimed,
-            "succeeded": run.succeeded,
-            "failed": run.failed,
+            Outcome.SUCCEEDED: run.succeeded,
+            Outcome.FAILED: run.failed,
             "returned": run.returned,
             "exit_code": run.exit_code,
             "ended": run.end_reason,  # `mq drain --json`'s word; "stop"/"quiet": `mq stop`
@@ -163,8 +164,8 @@ class Status:
             "queues": {
                 name: {
                     **q.stats.to_json(),
-                    "last_minute": {"done": q.minute.done, "failed": q.minute.failed},
-                    "last_hour": {"done": q.hour.done, "failed": q.hour.failed},
+                    "last_minute": {Outcome.DONE: q.minute.done, Outcome.FAILED: q.minute.failed},
+                    "last_hour": {Outcome.DONE: q.hour.done, Outcome.FAILED: q.hour.failed},
                     "wait_seconds": q.hour.quantiles("wait"),
                     "duration_seconds": q.hour.quantiles("duration"),
                     **q.limits.to_json(),
@@ -186,7 +187,7 @@ def asked_text(run: Run) -> str:
     """A request to the run, as the text and the HTML views say it; "" if none."""
     if run.stop_request is None:
         return ""
-    verb = "stop" if run.stop_request == "stop" else "end quietly"
+    verb = Action.STOP if run.stop_request == Action.STOP else "end quietly"
     return f"asked to {verb} by {run.stop_by or 'someone'}"
 
 
@@ -283,7 +284,7 @@ def _took(run: dict[str, Any]) -> str:
 def _exit(run: Run, state: str) -> str:
     """The EXIT column: the code, or the state of a run not ended; and who stopped it."""
     shown = state if run.exit_code is None else str(run.exit_code)
-    if run.end_reason in ("stop", "quiet"):
+    if run.end_reason in STOP_KINDS:
         shown += f" ({run.end_reason}: {run.stop_by or 'someone'})"
     from mq_cli.core.render import printable
 

@@ -22,13 +22,22 @@ from werkzeug.wrappers import Response
 
 from mq_cli.core.errors import ConfigError
 from mq_cli.core.models import STATES
+from mq_cli.core.states import Action, State
 from mq_cli.web import bulk
 from mq_cli.web.context import console, mq, require_operator, wants_json
 from mq_cli.web.pages import ESTIMATED, current_filter
 
 blueprint = Blueprint("actions", __name__)
-CONFIRMED = ("retry", "delete", "purge", "requeue-stalled", "requeue-failed")
-REQUEUE = {"stalled": "mq gc --stalled --requeue", "failed": "mq gc --errors --requeue"}
+CONFIRMED = (
+    Action.RETRY,
+    Action.DELETE,
+    Action.PURGE,
+    Action.REQUEUE_STALLED,
+    Action.REQUEUE_FAILED,
+)
+REQUEUE = {State.STALLED: "mq gc --stalled --requeue", State.FAILED: "mq gc --errors --requeue"}
+#: a requeue's kind -> its action in the audit log
+REQUEUE_ACTION = {State.STALLED: Action.REQUEUE_STALLED, State.FAILED: Action.REQUEUE_FAILED}
 
 
 def _force() -> bool:
@@ -54,11 +63,11 @@ def _typed(queue: str, what: str) -> None:
         raise ConfigError(f"type the queue's name ({queue}) to confirm {what}")
 
 
-def _status() -> str | None:
+def _status() -> State | None:
     status = request.values.get("status") or None
     if status is not None and status not in STATES:
         raise ConfigError(f"status is one of {', '.join(STATES)}, not {status!r}")
-    return status
+    return None if status is None else State(status)
 
 
 def _back(queue: str) -> Response:
@@ -68,7 +77,7 @@ def _back(queue: str) -> Response:
     return redirect(url_for("pages.queue", queue=queue, **{k: v for k, v in args.items() if v}))
 
 
-def _record(action: str, queue: str, count: int, detail: str, **fields: Any) -> None:
+def _record(action: Action, queue: str, count: int, detail: str, **fields: Any) -> None:
     console().audit.record(require_operator().name, action, queue, count, detail, **fields)
 
 
@@ -77,9 +86,10 @@ def confirm(queue: str) -> str:
     """What the action will do and to how many messages; its POST form."""
     require_operator()
     mq().require_known(queue)
-    action = request.args.get("action", "")
-    if action not in CONFIRMED:
-        raise ConfigError(f"action must be one of {', '.join(CONFIRMED)}, not {action!r}")
+    raw = request.args.get("action", "")
+    if raw not in CONFIRMED:
+        raise ConfigError(f"action must be one of {', '.join(CONFIRMED)}, not {raw!r}")
+    action = Action(raw)
     chosen, ids, status, force = current_filter(), _ids(), _status(), _force()
     if request.args.get("scope") == "selected" and not ids:
         raise ConfigError("no message selected: tick the messages first")
@@ -93,17 +103,17 @@ def confirm(queue: str) -> str:
     elif action in bulk.ACTIONS:
         count, known = bulk.count(mq(), queue, chosen, upto)
         target = url_for("actions.act", queue=queue)
-    elif action == "purge":
-        if status == "processing" and not force:
+    elif action == Action.PURGE:
+        if status == State.PROCESSING and not force:
             raise ConfigError("purging processing messages needs force (a drain may run them)")
-        kept = () if force else ("processing", "stalled")  # without force no claim
+        kept = () if force else (State.PROCESSING, State.STALLED)  # without force no claim
         states = [status] if status else [s for s in STATES if s not in kept]
         count, known = bulk.in_states(mq(), queue, states)
         target = url_for("actions.purge", queue=queue)
     else:
         count, known = bulk.in_states(mq(), queue, [action.split("-", 1)[1]])
         target = url_for("actions.requeue", queue=queue)
-    typed = action == "purge" or (action in bulk.ACTIONS and not ids and bulk.empty(chosen))
+    typed = action == Action.PURGE or (action in bulk.ACTIONS and not ids and bulk.empty(chosen))
     return render_template(
         "confirm.html", queue=queue, action=action, chosen=chosen, ids=ids, status=status,
         force=force, upto=upto, count=count, known=known, target=target, typed=typed,
@@ -142,7 +152,7 @@ def act(queue: str) -> Response:
         return jsonify(outcome.to_json())
     flash(outcome.summary(action, queue), "warn" if outcome.counts() else "ok")
     if request.form.get("back") == "message" and len(ids) == 1:
-        if not (action == "delete" and outcome.done):
+        if not (action == Action.DELETE and outcome.done):
             return redirect(url_for("pages.message", ident=ids[0]))
     return _back(queue)
 
@@ -152,7 +162,7 @@ def pause(queue: str) -> Response:
     require_operator()
     mq().require_known(queue)
     changed = mq().pause(queue)
-    _record("pause", queue, int(changed), "" if changed else "was paused already")
+    _record(Action.PAUSE, queue, int(changed), "" if changed else "was paused already")
     flash(
         f"queue {queue} "
         + ("paused: drains on every host skip it" if changed else "was paused already"),
@@ -166,7 +176,7 @@ def resume(queue: str) -> Response:
     require_operator()
     mq().require_known(queue)
     changed = mq().resume(queue)
-    _record("resume", queue, int(changed), "" if changed else "was not paused")
+    _record(Action.RESUME, queue, int(changed), "" if changed else "was not paused")
     flash(f"queue {queue} " + ("resumed" if changed else "was not paused"), "ok")
     return _back(queue)
 
@@ -177,18 +187,19 @@ def requeue(queue: str) -> Response:
     says how many went back to ready, and how many reached max_errors instead."""
     require_operator()
     mq().require_known(queue)
-    kind = request.form.get("kind", "")
-    if kind not in REQUEUE:
+    raw = request.form.get("kind", "")
+    if raw not in REQUEUE:
         raise ConfigError("kind is stalled or failed")
-    report = mq().gc(kind, queues=[queue], action="requeue")
+    kind = State(raw)
+    report = mq().gc(kind, queues=[queue], action=Action.REQUEUE)
     changed = sum(r.changed for r in report.queues)
     failed = sum(r.now_failed for r in report.queues)
     text = f"{kind} messages of {queue}: {changed - failed} back to ready"
-    if kind == "stalled":
+    if kind == State.STALLED:
         text += f"; {failed} reached max_errors and are now failed"
     _record(
-        f"requeue-{kind}", queue, changed, text,
-        filter={"state": kind}, outcome={"ready": changed - failed, "failed": failed},
+        REQUEUE_ACTION[kind], queue, changed, text,
+        filter={"state": kind}, outcome={State.READY: changed - failed, State.FAILED: failed},
     )  # fmt: skip
     flash(text, "warn" if failed else "ok")
     return _back(queue)
@@ -203,7 +214,7 @@ def purge(queue: str) -> Response:
     deleted = mq().purge(queue, status, force=force, upto=upto)
     what = f"{status} message(s)" if status else "message(s)"
     _record(
-        "purge", queue, deleted, f"status={status or 'any'} up to id {upto} force={force}",
+        Action.PURGE, queue, deleted, f"status={status or 'any'} up to id {upto} force={force}",
         filter={"state": status}, upto=upto, force=force,
     )  # fmt: skip
     flash(f"deleted {deleted} {what} from queue {queue}", "ok")

@@ -26,6 +26,7 @@ from werkzeug.exceptions import HTTPException
 
 from mq_cli.core.config import Config, load_config
 from mq_cli.core.errors import ConfigError, DatabaseError, MqError, NotFound
+from mq_cli.core.states import Action
 from mq_cli.web import guard
 from mq_cli.web.audit import AuditLog
 from mq_cli.web.auth import FAILED_NAME, REALM, Authenticate, BasicAuth, Principal, TooManyFailures
@@ -147,7 +148,7 @@ def _authenticate() -> Response | None:
         response.headers["Retry-After"] = str(exc.retry_after)
         return response
     if FAILED_NAME in request.environ:
-        guard.record("login-failed", request.environ[FAILED_NAME], "wrong password or user")
+        guard.record(Action.LOGIN_FAILED, request.environ[FAILED_NAME], "wrong password or user")
     if user is None:
         response = (
             jsonify(error="authentication required")
@@ -195,13 +196,13 @@ def _response(code: int, text: str) -> Response:
 
 
 def _csrf_refused(exc: CSRFError) -> tuple[Any, int]:
-    guard.record("refused", guard.who(), f"CSRF: {exc.description}")
+    guard.record(Action.REFUSED, guard.who(), f"CSRF: {exc.description}")
     return _error(403, f"refused: {exc.description} (reload the page and try again)")
 
 
 def _http_error(exc: HTTPException) -> tuple[Any, int]:
     if exc.code == 403:
-        guard.record("refused", guard.who(), exc.description or "forbidden")
+        guard.record(Action.REFUSED, guard.who(), exc.description or "forbidden")
     return _error(exc.code or 500, exc.description or exc.name)
 
 

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from mq_cli.core.errors import ConfigError
+from mq_cli.core.states import Action
 
 log = logging.getLogger("mq.audit")
 #: bytes read from the end of the file for the page: far more than SHOWN lines
@@ -55,7 +56,7 @@ class AuditLog:
     def record(
         self,
         who: str,
-        action: str,
+        action: Action,
         queue: str | None,
         count: int,
         detail: str = "",

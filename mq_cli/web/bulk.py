@@ -11,14 +11,17 @@ run is one request, so it is one line of the audit log.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mq_cli.api import MQ
 from mq_cli.core.errors import ConfigError, NotFound
 from mq_cli.core.models import STATES
+from mq_cli.core.states import BY_ID, Action
+from mq_cli.core.states import Outcome as Result
 from mq_cli.ops.browse import Filter
 
-ACTIONS = ("retry", "delete")
+ACTIONS = BY_ID
 #: messages found and changed per step
 CHUNK = 1000
 #: ids one request may name (each is looked up for its queue)
@@ -45,14 +48,14 @@ class Outcome:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "done": self.done,
+            Result.DONE: self.done,
             "refused": {str(k): v for k, v in self.refused.items()},
             "missing": self.missing,
             "not_in_queue": self.not_in_queue,
         }
 
-    def summary(self, action: str, queue: str | None = None) -> str:
-        verb = "requeued" if action == "retry" else "deleted"
+    def summary(self, action: Action, queue: str | None = None) -> str:
+        verb = "requeued" if action == Action.RETRY else "deleted"
         text = f"{verb} {self.done} message(s)"
         if self.refused:
             text += (
@@ -75,10 +78,11 @@ class Outcome:
         return {name: n for name, n in found.items() if n}
 
 
-def check_action(action: object) -> str:
-    if action not in ACTIONS:
+def check_action(action: object) -> Action:
+    """The action a form or a JSON body names, if it is retry or delete."""
+    if not isinstance(action, str) or action not in ACTIONS:
         raise ConfigError(f"action must be one of {', '.join(ACTIONS)}, not {action!r}")
-    return str(action)
+    return Action(action)
 
 
 def parse_id(raw: str, name: str) -> int:
@@ -116,13 +120,13 @@ def split(mq: MQ, queue: str | None, ids: list[int]) -> tuple[list[int], Outcome
 
 
 def by_ids(
-    mq: MQ, action: str, queue: str | None, ids: list[int], force: bool
+    mq: MQ, action: Action, queue: str | None, ids: list[int], force: bool
 ) -> tuple[list[int], Outcome]:
     """Act on those of ``ids`` that are in ``queue`` (None: wherever they are):
     (the ids acted on, the outcome)."""
     inside, outcome = split(mq, queue, ids)
     if inside:
-        change = mq.retry if check_action(action) == "retry" else mq.delete
+        change = mq.retry if action == Action.RETRY else mq.delete
         result = change(inside, force)
         outcome.done = len(result.done)
         outcome.refused.update(result.refused)
@@ -147,9 +151,9 @@ def describe(chosen: Filter) -> str:
     )
 
 
-def matching(mq: MQ, queue: str, action: str, chosen: Filter, force: bool, upto: int) -> Outcome:
+def matching(mq: MQ, queue: str, action: Action, chosen: Filter, force: bool, upto: int) -> Outcome:
     """Act on what ``chosen`` matches in ``queue``, ids up to ``upto``, to the end."""
-    change = mq.retry if check_action(action) == "retry" else mq.delete
+    change = mq.retry if action == Action.RETRY else mq.delete
     total = Outcome()
     after: int | None = 0
     while after is not None and after < upto:
@@ -183,7 +187,7 @@ def count(mq: MQ, queue: str, chosen: Filter, upto: int) -> tuple[int, str]:
     return found, "exact"
 
 
-def in_states(mq: MQ, queue: str, states: list[str]) -> tuple[int, str]:
+def in_states(mq: MQ, queue: str, states: Sequence[str]) -> tuple[int, str]:
     """The queue's messages in ``states`` as the console counts them (bounded: exact up
     to 10,000 per state, an estimate above), and "exact" or "about"."""
     counts = mq.stats(queue, estimate=True)[queue]

@@ -12,11 +12,12 @@ from typing import Any
 
 from markupsafe import Markup
 
+from mq_cli.core.states import Outcome, State
 from mq_cli.ops import plots
 from mq_cli.ops.page import rates
 
 #: colour of each line, and the legend class of the same colour (static/console.css)
-COLOURS = {"done": "#2364aa", "failed": "#c0392b", "ready": "#7a5195"}
+COLOURS = {Outcome.DONE: "#2364aa", Outcome.FAILED: "#c0392b", State.READY: "#7a5195"}
 
 
 @dataclass
@@ -38,16 +39,16 @@ def figures(
         failed = rates([(at, f) for at, _, f, _ in points], step, now)
         backlog = [(at, float(b)) for at, _, _, b in points if b is not None]
         lines = [
-            plots.Line("done", COLOURS["done"], done),
-            plots.Line("failed", COLOURS["failed"], failed),
+            plots.Line(Outcome.DONE, COLOURS[Outcome.DONE], done),
+            plots.Line(Outcome.FAILED, COLOURS[Outcome.FAILED], failed),
         ]
         found.append(Figure(
-            name, "done and failed", ["done", "failed"],
+            name, "done and failed", [Outcome.DONE, Outcome.FAILED],
             Markup(plots.step_plot(lines, start, now, "messages per minute")),
         ))  # fmt: skip
         found.append(Figure(
-            name, "backlog", ["ready"],
-            Markup(plots.step_plot([plots.Line("ready", COLOURS["ready"], backlog)], start, now,
+            name, "backlog", [State.READY],
+            Markup(plots.step_plot([plots.Line(State.READY, COLOURS[State.READY], backlog)], start, now,
                                    "messages (ready)")),
         ))  # fmt: skip
     return found

@@ -19,6 +19,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
 from mq_cli.core.errors import ConfigError, DatabaseError, MqError, NotFound
+from mq_cli.core.states import Action
 from mq_cli.ops.drains import StopAsked, matches
 from mq_cli.ops.status import asked_text, seconds_text
 from mq_cli.web.context import console, mq, require_operator
@@ -27,13 +28,13 @@ blueprint = Blueprint("drains", __name__)
 api = Blueprint("drains_api", __name__)
 #: the pages a form may go back to
 BACK = {"runs": "pages.runs", "overview": "pages.overview"}
-KINDS = {"stop": False, "quiet": True}  # the form's kind: quiet or not
+KINDS = {Action.STOP: False, Action.QUIET: True}  # the form's kind: quiet or not
 
 
 def _ask(name: str, quiet: bool, how: str) -> StopAsked:
     """Ask the drain, and record it (also when refused: no such live drain)."""
     user = require_operator()
-    action = "quiet-drain" if quiet else "stop-drain"
+    action = Action.QUIET_DRAIN if quiet else Action.STOP_DRAIN
     try:
         asked = mq().stop_drain(name, quiet=quiet, by=f"{user.name} (console)")
     except ConfigError as exc:
@@ -50,9 +51,10 @@ def _ask(name: str, quiet: bool, how: str) -> StopAsked:
 def stop(name: str) -> Any:
     """The form's POST: without ``confirm``, the confirmation page; with it, the request."""
     require_operator()
-    kind = request.form.get("kind", "")
-    if kind not in KINDS:
+    raw = request.form.get("kind", "")
+    if raw not in KINDS:
         raise ConfigError("kind is stop or quiet")
+    kind = Action(raw)
     back = request.form.get("back", "runs")
     if back not in BACK:
         raise ConfigError("back is runs or overview")

@@ -21,6 +21,7 @@ from mq_cli.backends.base import Backend
 from mq_cli.core.errors import ConfigError
 from mq_cli.core.models import iso
 from mq_cli.core.render import error_line, printable
+from mq_cli.core.states import State
 from mq_cli.ops import failures, search
 from mq_cli.web import jsonapi
 from mq_cli.web.context import console, mq
@@ -58,7 +59,7 @@ def _search() -> search.Found:
 
 def confirm_link(queue: str, action: str, error: str) -> str:
     """The confirmation page of an action on the failed messages whose error holds ``error``."""
-    params = {"action": action, "state": "failed", "error": error}
+    params = {"action": action, "state": State.FAILED, "error": error}
     return url_for("pages.queue", queue=queue) + "/confirm?" + urlencode(params)
 
 

@@ -28,6 +28,7 @@ from werkzeug.exceptions import BadRequest, Forbidden
 
 from mq_cli.core.config import Config
 from mq_cli.core.errors import ConfigError
+from mq_cli.core.states import Action
 
 log = logging.getLogger("mq.web")
 #: the Host names an anonymous console answers, besides its bind address (any port)
@@ -80,7 +81,7 @@ def allowed_hosts(bind_host: str) -> tuple[str, ...]:
 def check_host(allowed: tuple[str, ...] | None) -> None:
     if allowed is None or host_name(request.host) in allowed:
         return
-    record("host-refused", "anonymous", f"Host {request.host[:100]!r} is not this console's")
+    record(Action.HOST_REFUSED, "anonymous", f"Host {request.host[:100]!r} is not this console's")
     raise BadRequest(
         f"refused: this console answers only Host {', '.join(allowed)} (it has no users; "
         "a name that points here from elsewhere may be DNS rebinding)"
@@ -134,7 +135,7 @@ def own_session(name: str) -> None:
         session[OWNER] = name
 
 
-def record(action: str, who: str | None, reason: str) -> None:
+def record(action: Action, who: str | None, reason: str) -> None:
     """One audit line for a refusal: who, the path, the reason, the address."""
     from mq_cli.web.context import console
 

@@ -31,6 +31,7 @@ from flask_wtf.csrf import generate_csrf
 from werkzeug.wrappers import Response
 
 from mq_cli.core.errors import ConfigError
+from mq_cli.core.states import Action, State
 from mq_cli.ops.browse import Filter
 from mq_cli.web import bulk
 from mq_cli.web.context import console, mq, require_operator
@@ -90,7 +91,8 @@ def messages() -> Response:
         mq().require_known(queue)
     if queue is None or not (error or key or "after" in request.args):
         return jsonify(mq().list_messages(queue, state, limit).to_json())
-    page = mq().browse(queue, Filter(state, error, key), _int("after", 0), limit)
+    chosen = Filter(None if state is None else State.parse(state, "state"), error, key)
+    page = mq().browse(queue, chosen, _int("after", 0), limit)
     return jsonify(
         messages=[
             listed_json(m, page.states[m.id], page.activity.get(m.id)) for m in page.messages
@@ -139,15 +141,20 @@ def _body() -> dict[str, Any]:
     return body
 
 
-@blueprint.post("/messages/<action>")
-def change(action: str) -> Response:
+@blueprint.post("/messages/<raw>")
+def change(raw: str) -> Response:
     """retry or delete: ids (of ``queue`` if given), or a filter of ``queue`` up to the
     table's last id when the request came; an empty filter needs ``"all": true``."""
     user = require_operator()
-    bulk.check_action(action)
+    action = bulk.check_action(raw)
     body = _body()
     force = body.get("force", False)
-    chosen = Filter(body.get("state") or None, body.get("error") or None, body.get("key") or None)
+    state = body.get("state") or None
+    chosen = Filter(
+        None if state is None else State.parse(state, "state"),
+        body.get("error") or None,
+        body.get("key") or None,
+    )
     queue = body.get("queue")
     if queue is not None:
         mq().require_known(queue)
@@ -184,12 +191,13 @@ def change(action: str) -> Response:
 @blueprint.post("/queues/<queue>/<action>")
 def queue_action(queue: str, action: str) -> Response:
     user = require_operator()
-    if action not in ("pause", "resume"):
+    if action not in (Action.PAUSE, Action.RESUME):
         raise ConfigError("a queue can be paused or resumed here")
+    verb = Action(action)
     mq().require_known(queue)
-    changed = mq().pause(queue) if action == "pause" else mq().resume(queue)
-    console().audit.record(user.name, action, queue, int(changed), "api")
-    return jsonify(queue=queue, paused=action == "pause", changed=changed)
+    changed = mq().pause(queue) if verb == Action.PAUSE else mq().resume(queue)
+    console().audit.record(user.name, verb, queue, int(changed), "api")
+    return jsonify(queue=queue, paused=verb == Action.PAUSE, changed=changed)
 
 
 @blueprint.get("/actions")

@@ -15,9 +15,9 @@ from markupsafe import Markup
 
 from mq_cli.backends.counts import ESTIMATE_ABOVE
 from mq_cli.core.durations import format_duration
-from mq_cli.core.errors import ConfigError
 from mq_cli.core.models import STATES, QueueStats, iso
 from mq_cli.core.render import error_line, payload_view
+from mq_cli.core.states import State
 from mq_cli.ops import health
 from mq_cli.ops.browse import Filter
 from mq_cli.ops.columns import columns
@@ -80,9 +80,8 @@ def overview() -> str:
 def current_filter() -> Filter:
     """The queue page's filter, from the address (a GET) or the form (a POST)."""
     values = request.values
-    state = values.get("state") or None
-    if state is not None and state not in STATES:
-        raise ConfigError(f"state must be one of {', '.join(STATES)}, not {state!r}")
+    raw = values.get("state") or None
+    state = None if raw is None else State.parse(raw, "state")
     return Filter(state, values.get("error") or None, values.get("key") or None)
 
 

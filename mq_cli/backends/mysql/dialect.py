@@ -36,6 +36,7 @@ from mq_cli.core.errors import (
     SchemaMissing,
     Unreachable,
 )
+from mq_cli.core.states import Stored
 
 log = logging.getLogger("mq")
 
@@ -308,7 +309,7 @@ class MysqlBackend(SqlBackend):
         when: object,
         priority: int,
         unique_key: str | None,
-        status: str,
+        status: Stored,
     ) -> list[int | None]:
         info = self.server
         if unique_key is not None or (not info.returning and info.lock_mode == 2):

@@ -33,6 +33,7 @@ from mq_cli.core.errors import (
     Unreachable,
 )
 from mq_cli.core.models import Message
+from mq_cli.core.states import Stored
 
 log = logging.getLogger("mq")
 
@@ -313,7 +314,7 @@ class PostgresBackend(SqlBackend):
         when: object,
         priority: int,
         unique_key: str | None,
-        status: str,
+        status: Stored,
     ) -> list[int | None]:
         return insert_messages(tx, self._sql, queue, payloads, when, priority, unique_key, status)
 

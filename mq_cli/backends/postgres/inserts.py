@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from mq_cli.backends.inserts import insert_each, insert_rows
 from mq_cli.backends.plumbing import Tx
+from mq_cli.core.states import Stored
 
 
 def insert_messages(
@@ -17,7 +18,7 @@ def insert_messages(
     when: object,
     priority: int,
     unique_key: str | None,
-    status: str,
+    status: Stored,
 ) -> list[int | None]:
     """Insert inside the caller's transaction (ours, or an application's)."""
     if unique_key is not None:

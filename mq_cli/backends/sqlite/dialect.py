@@ -20,6 +20,7 @@ from mq_cli.backends.sqlite.heads import SqliteOperate
 from mq_cli.backends.sqlite.wal import WalGuard
 from mq_cli.core.dburl import DatabaseSettings
 from mq_cli.core.errors import DatabaseError, MqError, SchemaMissing
+from mq_cli.core.states import Stored
 from mq_cli.core.version import SCHEMA_VERSION
 
 # Two writer processes on one file are served unfairly (FIELD-NOTES, trap 5): a
@@ -208,7 +209,7 @@ class SqliteBackend(SqlBackend):
         when: object,
         priority: int,
         unique_key: str | None,
-        status: str,
+        status: Stored,
     ) -> list[int | None]:
         return insert_messages(tx, self._sql, queue, payloads, when, priority, unique_key, status)
 
@@ -225,7 +226,7 @@ def insert_messages(
     when: object,
     priority: int,
     unique_key: str | None,
-    status: str,
+    status: Stored,
 ) -> list[int | None]:
     """Insert inside the caller's transaction (ours, or an application's)."""
     if unique_key is not None:
