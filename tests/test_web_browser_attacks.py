@@ -213,3 +213,39 @@ def test_a_rebound_host_reaches_nothing_on_an_anonymous_console(db, tmp_path, re
     assert stats(db) == before and before["mail"]["paused"] is False
     refused = [e for e in audit(tmp_path) if e["action"] == "host-refused"]
     assert len(refused) == 3 and all("rebind.test" in e["detail"] for e in refused)
+
+
+def test_a_misspelt_or_empty_api_filter_deletes_nothing(db, tmp_path, browser, console):
+    """F3 from the operator's own page: `status` (the CLI's word) is a 400 naming it, an
+    empty filter needs "all": true, and ids of another queue are not touched."""
+    fail_messages(db, 3)
+    assert db.run("enqueue", "-q", "thumbs", "--silent", "1", "2").exit_code == 0
+    other = json.loads(db.run("list", "-q", "mail", "--json").output)[0]["id"]
+
+    def counts() -> dict[str, list[int]]:  # not oldest_ready_seconds: it grows meanwhile
+        states = ("ready", "delayed", "processing", "stalled", "failed")
+        return {q: [s[state] for state in states] for q, s in stats(db).items()}
+
+    before = counts()
+    page = context_as(browser, console.base).new_page()
+    page.goto("/queues/thumbs")
+    answers = page.evaluate(
+        """async (other) => {
+            const token = (await (await fetch('/api/csrf')).json()).csrf_token;
+            const post = async (body) => {
+                const answer = await fetch('/api/messages/delete', {method: 'POST',
+                    headers: {'X-CSRFToken': token, 'Content-Type': 'application/json'},
+                    body: JSON.stringify(body)});
+                return [answer.status, await answer.json()];
+            };
+            return [await post({queue: 'thumbs', status: 'failed'}),
+                    await post({queue: 'thumbs'}),
+                    await post({queue: 'thumbs', ids: [other]})];
+        }""",
+        other,
+    )
+    (misspelt, misspelt_body), (empty, empty_body), (ids, ids_body) = answers
+    assert misspelt == 400 and "status" in misspelt_body["error"]
+    assert empty == 400 and '"all": true' in empty_body["error"]
+    assert ids == 200 and ids_body["done"] == 0 and ids_body["not_in_queue"] == [other]
+    assert counts() == before
