@@ -298,9 +298,7 @@ class MQ:
         "delete" change them; with ``notify`` first call the queue's on_stalled/on_failed
         callback with them. ``on_batch`` sees each batch as it goes: the matches when
         listing, the messages changed (as they were found) with an action.
-
-        ``mq.gc("stalled", action="requeue")`` is ``mq gc --stalled --requeue``.
-        """
+        ``mq.gc("stalled", action="requeue")`` is ``mq gc --stalled --requeue``."""
         from mq_cli.ops import operate
 
         return operate.Gc(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from tests.test_stop import _ended, _live, _ran, _run
+from tests.test_stop import SAYS_STOP, _ended, _live, _ran, _release_once, _run
 from tests.test_web_browser import browser, console, page_as  # noqa: F401 (fixtures)
 from tests.test_web_drains import _slow_drain
 from tests.webconsole import VIEWER, wait_for
@@ -65,6 +65,7 @@ def test_stop_a_busy_drain_from_the_overview(db, tmp_path, browser, console):  #
     assert f"asked drain {name} (queue thumbs) to stop" in page.inner_text("p.flash")
     assert page.url.rstrip("/") == console.base  # back where the button was
 
+    _release_once(tmp_path, SAYS_STOP)  # the first message ran until the drain read it
     report = _ended(proc)  # its running message finishes, the two others go back
     assert (report["succeeded"], report["returned"], report["ended"]) == (1, 2, "stop")
     assert _ran(tmp_path) == [1]

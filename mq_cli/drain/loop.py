@@ -182,18 +182,15 @@ class Drain:
         waiter = self.waiting.waiter(queue) if self.options.wait else None
         self.acks.retries_due = []
         try:
-            # A cron drain's child (launched at the start) imports the handler at
-            # the first batch, so an empty queue costs no second import. A waiting
-            # drain has it import now: the first message it is woken for should
-            # not wait for the handler's imports.
+            # A cron drain's child imports the handler at the first batch (an empty queue
+            # costs no second import); a waiting drain's imports now, before it is woken.
             if waiter is not None:
                 runner.start()
             idle = waiting.WAIT_POLL_MIN
             looked = time.monotonic()
 
             def may_claim_ahead() -> bool:
-                # Not where the loop must look first: a pause, its end, a rate limit's
-                # tokens, --max-messages' count.
+                # Not where the loop must look first: a pause, its end, tokens, --max-messages.
                 due = time.monotonic() - looked >= PAUSE_LOOK_EVERY
                 limited = queue.rate_limit is not None or self.options.max_messages is not None
                 return queue.group_ack and not due and not limited and not self._should_stop()

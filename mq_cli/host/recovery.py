@@ -17,6 +17,7 @@ from mq_cli.core.config import QueueConfig
 from mq_cli.core.durations import format_duration
 from mq_cli.core.errors import MqError
 from mq_cli.core.models import GcQueueResult, Message
+from mq_cli.core.states import Action, State
 from mq_cli.host import clock
 from mq_cli.runners import handlers, make_runner
 
@@ -36,7 +37,7 @@ def stalled_note(older_than: float, by: str) -> tuple[str, str]:
 
 def find(backend: Backend, kind: str, queue: str, bound: float, after: int | None) -> list[Message]:
     """A batch of matches: by id after ``after``, or (None) any batch, cheapest first."""
-    if kind == "stalled":
+    if kind == State.STALLED:
         return backend.find_stalled(queue, bound, after, OPERATE_BATCH)
     return backend.find_failed(queue, after, OPERATE_BATCH)
 
@@ -54,14 +55,14 @@ def change(
     """Requeue or delete those of ``batch`` that still match, counted into ``result``;
     the ones changed (as they were found)."""
     name, ids = queue.name, [m.id for m in batch]
-    if kind == "stalled" and action == "requeue":
+    if kind == State.STALLED and action == Action.REQUEUE:
         note = stalled_note(bound, by)
         ready, failed = backend.requeue_stalled(name, ids, bound, queue.max_errors, note)
         done = set(ready) | set(failed)
         result.now_failed += len(failed)
-    elif kind == "stalled":
+    elif kind == State.STALLED:
         done = set(backend.delete_stalled(name, ids, bound))
-    elif action == "requeue":
+    elif action == Action.REQUEUE:
         done = set(backend.requeue_failed(name, ids))
     else:
         done = set(backend.delete_failed(name, ids))
@@ -105,7 +106,7 @@ def call_back(
         return str(exc)
     finally:
         runner.close()
-    return None if outcome.ok else (outcome.error or "failed")
+    return None if outcome.ok else (outcome.error or "the callback failed")
 
 
 def clock_says_wait(state: clock.ClockState | None, queue: str, bound: float) -> bool:
@@ -137,5 +138,7 @@ def requeue_stalled(
         return 0, 0
     result = GcQueueResult(queue.name)
     by = "mq drain (requeue_stalled)"
-    act_as_found(backend, "stalled", "requeue", queue, queue.stalled_after, result, None, by)
+    act_as_found(
+        backend, State.STALLED, Action.REQUEUE, queue, queue.stalled_after, result, None, by
+    )
     return result.changed, result.now_failed
