@@ -29,6 +29,7 @@ class Proxy:
         self.lock = threading.Lock()
         self.closed = False
         self.cuts = 0
+        self.refused = 0  # connections closed at once while down
         self.flowing = threading.Event()
         self.flowing.set()
         self.replies = threading.Event()  # cleared: server-to-client bytes are held
@@ -48,6 +49,7 @@ class Proxy:
             except OSError:
                 return
             if not self.accepting:
+                self.refused += 1
                 client.close()
                 continue
             try:
