@@ -12,52 +12,12 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.conftest import IN_CI, REPO
-from tests.webconsole import EVIL, OPERATOR, VIEWER, Server, fail_messages, wait_for, write_config
-
-ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
-CHROMIUM = "/usr/bin/chromium"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not os.path.exists(CHROMIUM):
-        reason = "chromium is not installed (tests/chromium.sh installs it)"
-        if IN_CI:
-            pytest.fail(f"{reason}; CI=true: this test must run")
-        pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield launched
-        launched.close()
-
-
-@pytest.fixture
-def console(db, tmp_path) -> Iterator[Server]:
-    write_config(tmp_path)
-    server = Server(db)
-    yield server
-    server.stop()
-
-
-def page_as(browser: Any, server: Server, user: tuple[str, str] | None = OPERATOR) -> Any:
-    credentials = {"username": user[0], "password": user[1]} if user else None
-    context = browser.new_context(
-        http_credentials=credentials, base_url=server.base, viewport={"width": 1280, "height": 900}
-    )
-    context.set_default_timeout(120_000)  # a hang's deadline on a loaded machine
-    return context.new_page()
+from tests.browser import browser, console, page_as, playwright  # noqa: F401 (fixtures)
+from tests.conftest import REPO
+from tests.webconsole import EVIL, VIEWER, fail_messages, wait_for
 
 
 def stats(db) -> dict[str, Any]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import os
 import threading
 from collections.abc import Iterator
 from html import escape
@@ -22,14 +21,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import IN_CI
-from tests.webconsole import OPERATOR, VIEWER, Server, fail_messages, write_config
+from tests.browser import browser, console, launch, playwright  # noqa: F401 (fixtures)
+from tests.webconsole import OPERATOR, VIEWER, Server, fail_messages
 
-ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
-CHROMIUM = "/usr/bin/chromium"
 # what Firefox and Safari lack: a public page's requests to loopback are not stopped
 NO_PNA = (
     "--disable-features=PrivateNetworkAccessSendPreflights,"
@@ -38,43 +32,11 @@ NO_PNA = (
 )
 
 
-def _launch(playwright: Any, *extra: str) -> Any:
-    return playwright.chromium.launch(executable_path=CHROMIUM, args=[*ARGS, *extra])
-
-
-@pytest.fixture(scope="module")
-def playwright() -> Iterator[Any]:
-    if not os.path.exists(CHROMIUM):
-        reason = "chromium is not installed (tests/chromium.sh installs it)"
-        if IN_CI:
-            pytest.fail(f"{reason}; CI=true: this test must run")
-        pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as found:
-        yield found
-
-
-@pytest.fixture(scope="module")
-def browser(playwright) -> Iterator[Any]:
-    launched = _launch(playwright)
-    yield launched
-    launched.close()
-
-
 @pytest.fixture(scope="module")
 def rebinding_browser(playwright) -> Iterator[Any]:
-    launched = _launch(playwright, "--host-resolver-rules=MAP rebind.test 127.0.0.1", NO_PNA)
+    launched = launch(playwright, "--host-resolver-rules=MAP rebind.test 127.0.0.1", NO_PNA)
     yield launched
     launched.close()
-
-
-@pytest.fixture
-def console(db, tmp_path) -> Iterator[Server]:
-    write_config(tmp_path)
-    server = Server(db)
-    yield server
-    server.stop()
 
 
 def context_as(browser: Any, base: str, user: tuple[str, str] | None = OPERATOR) -> Any:

@@ -6,22 +6,11 @@ applied is the one "all matching" acts on."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
+from tests.browser import browser, console, page_as, playwright  # noqa: F401 (fixtures)
 from tests.test_gc import make_stalled
-from tests.test_web_browser import browser, page_as  # noqa: F401  (the module's fixture)
-from tests.webconsole import Server, fail_messages, write_config
-
-
-@pytest.fixture
-def console(db, tmp_path) -> Iterator[Server]:
-    write_config(tmp_path)
-    server = Server(db)
-    yield server
-    server.stop()
+from tests.webconsole import fail_messages
 
 
 def stats(db, queue: str) -> dict[str, Any]:
@@ -48,7 +37,7 @@ def confirm(page: Any, typed: str | None = None) -> str:
     return page.inner_text("p.flash")
 
 
-def test_retry_and_delete_by_filter_selection_and_message(db, browser, console):  # noqa: F811
+def test_retry_and_delete_by_filter_selection_and_message(db, browser, console):
     fail_messages(db, 4)
     assert db.run("enqueue", "-q", "mail", "--silent", "7", "8").exit_code == 0
     page = page_as(browser, console)
@@ -107,7 +96,7 @@ def test_retry_and_delete_by_filter_selection_and_message(db, browser, console):
     assert [a["count"] for a in actions] == [left, 1, 1, 2, 4, 0]  # one line each
 
 
-def test_purge_and_requeue_through_their_confirmation(db, browser, console):  # noqa: F811
+def test_purge_and_requeue_through_their_confirmation(db, browser, console):
     assert db.run("enqueue", "-q", "thumbs", "--silent", "1", "2", "3").exit_code == 0
     assert db.run("enqueue", "-q", "thumbs", "--silent", "--delay", "1h", "4", "5").exit_code == 0
     page = page_as(browser, console)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 
+from tests.browser import browser, console, page_as, playwright  # noqa: F401 (fixtures)
 from tests.test_stop import SAYS_STOP, _ended, _live, _ran, _release_once, _run
-from tests.test_web_browser import browser, console, page_as  # noqa: F401 (fixtures)
 from tests.test_web_drains import _slow_drain
 from tests.webconsole import VIEWER, wait_for
 
@@ -19,7 +19,7 @@ def _audit(tmp_path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def test_quiet_a_waiting_drain_from_the_run_log_page(db, tmp_path, browser, console):  # noqa: F811
+def test_quiet_a_waiting_drain_from_the_run_log_page(db, tmp_path, browser, console):
     proc = db.spawn("drain", "-q", "mail", "--wait", "--max-seconds", "300", "--json")
     drain = wait_for(lambda: _live(db, proc.pid), "the waiting drain in mq status")
     name = f"{drain['host']}:{drain['pid']}"
@@ -52,7 +52,7 @@ def test_quiet_a_waiting_drain_from_the_run_log_page(db, tmp_path, browser, cons
     assert "(quiet: olga (console))" in page.inner_text("main")
 
 
-def test_stop_a_busy_drain_from_the_overview(db, tmp_path, browser, console):  # noqa: F811
+def test_stop_a_busy_drain_from_the_overview(db, tmp_path, browser, console):
     proc, name, ids = _slow_drain(db, tmp_path)
     page = page_as(browser, console)
     page.goto("/")

@@ -5,45 +5,11 @@ groups and counts checked against `mq list --status failed --json`."""
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
-from collections.abc import Iterator
-from typing import Any
 
-import pytest
-
-from tests.conftest import IN_CI
+from tests.browser import browser, console, playwright  # noqa: F401 (fixtures)
 from tests.test_web_find import two_kinds
-from tests.webconsole import OPERATOR, Server, write_config
-
-ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
-CHROMIUM = "/usr/bin/chromium"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not os.path.exists(CHROMIUM):
-        reason = "chromium is not installed (tests/chromium.sh installs it)"
-        if IN_CI:
-            pytest.fail(f"{reason}; CI=true: this test must run")
-        pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield launched
-        launched.close()
-
-
-@pytest.fixture
-def console(db, tmp_path) -> Iterator[Server]:
-    write_config(tmp_path)
-    server = Server(db)
-    yield server
-    server.stop()
+from tests.webconsole import OPERATOR
 
 
 def error_class(last_error: str) -> str:
